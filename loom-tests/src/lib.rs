@@ -1,0 +1,1 @@
+//! Empty: the models are in `tests/` and build only with `--cfg slidegate_loom`.

@@ -1,0 +1,160 @@
+//! [`ConfigError`]: everything that can be wrong with a limiter's configuration.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::limit::Limit;
+
+/// A configuration the limiter refuses, saying what is wrong.
+///
+/// Returned by [`LimiterBuilder::build`](crate::LimiterBuilder::build),
+/// [`Limit::validate`] and `str::parse::<Limit>()`. Nothing in slidegate panics on a bad
+/// configuration.
+///
+/// ```
+/// use slidegate::{ConfigError, Limiter};
+///
+/// let err = Limiter::<u64>::builder().build().unwrap_err();
+/// assert_eq!(err, ConfigError::NoLimits);
+/// assert_eq!(err.to_string(), "no limits: add at least one with .limit(...)");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The builder was given no limit.
+    NoLimits,
+    /// A limit with `max` 0 would refuse everything.
+    ZeroMax {
+        /// The offending limit.
+        limit: Limit,
+    },
+    /// `max` does not fit the 32-bit counters.
+    MaxTooLarge {
+        /// The offending limit.
+        limit: Limit,
+        /// The largest `max` allowed.
+        most: u64,
+    },
+    /// A zero-length window.
+    ZeroWindow {
+        /// The offending limit.
+        limit: Limit,
+    },
+    /// A zero-length slot.
+    ZeroPrecision {
+        /// The offending limit.
+        limit: Limit,
+    },
+    /// Window and precision must be whole milliseconds.
+    NotWholeMilliseconds {
+        /// The offending limit.
+        limit: Limit,
+    },
+    /// The slot is longer than the window.
+    PrecisionLongerThanWindow {
+        /// The offending limit.
+        limit: Limit,
+    },
+    /// The window is not a whole number of slots.
+    PrecisionDoesNotDivideWindow {
+        /// The offending limit.
+        limit: Limit,
+    },
+    /// The window has more slots than [`MAX_SLOTS`](crate::MAX_SLOTS).
+    TooManySlots {
+        /// The offending limit.
+        limit: Limit,
+        /// `window / precision`.
+        slots: u64,
+        /// The most slots allowed.
+        most: u64,
+    },
+    /// The longest window spans more than 2^31 slots of `limit`, the finest one: the 32-bit
+    /// slot tags could then not tell an idle key's old slots from new ones.
+    SpanTooWide {
+        /// The limit with the finest precision.
+        limit: Limit,
+        /// The longest window of the limiter.
+        longest_window: Duration,
+    },
+    /// A limit string that does not parse.
+    Parse {
+        /// The string given.
+        input: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// More limits than [`MAX_LIMITS`](crate::MAX_LIMITS) on one limiter.
+    TooManyLimits {
+        /// How many were given.
+        given: usize,
+        /// The most allowed.
+        most: usize,
+    },
+    /// The limiter's background thread (clock ticker or sweeper) could not be started.
+    ThreadSpawn {
+        /// Which thread.
+        thread: &'static str,
+        /// The operating system's reason.
+        reason: String,
+    },
+    /// `max_keys(0)` would refuse every key.
+    ZeroMaxKeys,
+    /// A zero sweep interval would spin the sweeper.
+    ZeroSweepInterval,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::NoLimits => f.write_str("no limits: add at least one with .limit(...)"),
+            ConfigError::ZeroMax { limit } => {
+                write!(f, "limit {limit}: max is 0, so it would refuse every request")
+            }
+            ConfigError::MaxTooLarge { limit, most } => {
+                write!(f, "limit {limit}: max is larger than {most}; count in larger units")
+            }
+            ConfigError::ZeroWindow { limit } => write!(f, "limit {limit}: the window is zero"),
+            ConfigError::ZeroPrecision { limit } => write!(f, "limit {limit}: the precision is zero"),
+            ConfigError::NotWholeMilliseconds { limit } => write!(
+                f,
+                "limit {limit}: window ({:?}) and precision ({:?}) must be whole milliseconds",
+                limit.window(),
+                limit.get_precision()
+            ),
+            ConfigError::PrecisionLongerThanWindow { limit } => write!(
+                f,
+                "limit {limit}: the precision ({:?}) is longer than the window ({:?})",
+                limit.get_precision(),
+                limit.window()
+            ),
+            ConfigError::PrecisionDoesNotDivideWindow { limit } => write!(
+                f,
+                "limit {limit}: the window ({:?}) is not a whole number of slots of {:?}",
+                limit.window(),
+                limit.get_precision()
+            ),
+            ConfigError::TooManySlots { limit, slots, most } => write!(
+                f,
+                "limit {limit}: {slots} slots per window, more than {most}; use a coarser precision"
+            ),
+            ConfigError::SpanTooWide { limit, longest_window } => write!(
+                f,
+                "limit {limit}: the longest window ({longest_window:?}) spans more than 2^31 of its \
+                 {:?} slots; use a coarser precision",
+                limit.get_precision()
+            ),
+            ConfigError::Parse { input, reason } => write!(f, "cannot parse limit {input:?}: {reason}"),
+            ConfigError::TooManyLimits { given, most } => {
+                write!(f, "{given} limits given; at most {most} apply together")
+            }
+            ConfigError::ThreadSpawn { thread, reason } => {
+                write!(f, "cannot start the {thread} thread: {reason}")
+            }
+            ConfigError::ZeroMaxKeys => f.write_str("max_keys is 0, so every key would be refused"),
+            ConfigError::ZeroSweepInterval => f.write_str("the sweep interval is zero"),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}

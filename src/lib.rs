@@ -1,0 +1,66 @@
+//! # slidegate
+//!
+//! A lock-free, in-process, keyed sliding-window rate limiter for gateways, proxies and game
+//! servers.
+//!
+//! Per key (an IP, an API key, a player id) each [`Limit`] keeps a ring of per-slot counters,
+//! so the count over the last `window` slides a slot at a time (strict) or continuously by
+//! interpolation (the default): no boundary bursts as with fixed windows, and a fraction of
+//! the memory of a timestamp log. Several limits apply at once, requests can weigh more than
+//! one unit, only admitted units are counted, and every [`Decision`] says what remains and,
+//! when refused, how long to wait.
+//!
+//! ```
+//! use std::time::Duration;
+//! use slidegate::{Limit, Limiter};
+//!
+//! let limiter = Limiter::<String>::builder()
+//!     .limit(Limit::per_second(10))
+//!     .limit("120/min".parse()?)
+//!     .limit("240/h@1min".parse()?)
+//!     .build()?;
+//!
+//! let decision = limiter.check("203.0.113.7");
+//! if decision.is_allowed() {
+//!     // serve it; decision.remaining() goes in a RateLimit header
+//! } else if let Some(wait) = decision.retry_after() {
+//!     // answer 429 with Retry-After: wait.as_secs_f64().ceil()
+//! }
+//! # Ok::<(), slidegate::ConfigError>(())
+//! ```
+//!
+//! Layout of the crate: [`limit`](Limit) (limits and their string form),
+//! `window.rs` (the per-key counters and the lock-free admission: the hot path),
+//! `limiter.rs` (the keyed map, the builder, sweeping), `clock.rs`, `decision.rs`,
+//! `error.rs`, and `sync.rs` (the atomics shim that lets `loom` check `window.rs`).
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod background;
+mod clock;
+mod decision;
+mod error;
+mod limit;
+mod limiter;
+mod sync;
+mod window;
+
+pub use clock::ManualClock;
+pub use decision::{Decision, Denial};
+pub use error::ConfigError;
+pub use limit::{Accuracy, Limit, MAX_SLOTS, MAX_UNITS};
+pub use limiter::{Limiter, LimiterBuilder};
+pub use window::MAX_LIMITS;
+
+/// The per-key protocol, exposed for the `loom-tests` crate only (built with
+/// `--cfg slidegate_loom`). Not part of the public API.
+#[cfg(slidegate_loom)]
+#[doc(hidden)]
+pub mod model {
+    pub use crate::window::{KeyState, Outcome, Policy};
+}
+
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -1,0 +1,412 @@
+//! [`Limit`]: one "at most `max` units per `window`" rule, its slot precision, its accuracy
+//! mode, its string form (`"120/min"`, `"240/h@1min"`) and its validation.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use crate::error::ConfigError;
+
+/// The most slots one limit may use (one ring of `slots + 1` counters per key).
+///
+/// 3600 allows an hour at one-second precision; finer rings cost memory on every key.
+pub const MAX_SLOTS: u64 = 3600;
+
+/// The largest `max` a limit may have: counts are kept in 32-bit fields.
+pub const MAX_UNITS: u64 = u32::MAX as u64;
+
+/// How the oldest, partly elapsed slot of a window is counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Accuracy {
+    /// The oldest slot counts in proportion to the part of it still inside the window (the
+    /// two-bucket estimate generalised to N slots). Smooth, but it assumes the old slot's
+    /// traffic was spread evenly, so an exact interval of one window can hold more than `max`.
+    Interpolated,
+    /// The oldest slot counts whole until it has left the window entirely: no interval of
+    /// length `window` ever holds more than `max` admitted units. The price is that a unit
+    /// can be held back for up to one slot longer than the window.
+    Strict,
+}
+
+/// A rate limit: at most `max` units in any `window`, counted in slots of `precision`.
+///
+/// Build one with [`Limit::new`], [`Limit::per_second`], [`Limit::per_minute`],
+/// [`Limit::per_hour`], or parse it from a string:
+///
+/// ```
+/// use std::time::Duration;
+/// use slidegate::Limit;
+///
+/// let a: Limit = "120/min".parse()?;
+/// assert_eq!(a, Limit::per_minute(120));
+///
+/// let b: Limit = "240/h@1min".parse()?;
+/// assert_eq!(b, Limit::new(240, Duration::from_secs(3600)).precision(Duration::from_secs(60)));
+///
+/// let c: Limit = "60/min strict".parse()?;
+/// assert_eq!(c, Limit::per_minute(60).strict());
+/// assert_eq!(c.to_string(), "60/min strict");
+/// # Ok::<(), slidegate::ConfigError>(())
+/// ```
+///
+/// The string form is `MAX/[N]UNIT[@[N]UNIT][ strict]`, with units `ms`, `s`, `min`
+/// (also `m`), `h` and `d` (and their long spellings `sec`, `second(s)`, `minute(s)`,
+/// `hour(s)`, `day(s)`). The part after `@` is the precision.
+///
+/// **Default precision.** A window of up to a minute that is a whole number of seconds is
+/// counted in 1-second slots; a longer window in 60 slots. When that would not divide the
+/// window into whole milliseconds, the default is the largest number of slots below it that
+/// does (at worst one slot). The default therefore always divides the window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Limit {
+    max: u64,
+    window: Duration,
+    precision: Duration,
+    accuracy: Accuracy,
+}
+
+impl Limit {
+    /// At most `max` units per `window`, with the default precision and interpolated
+    /// accuracy. Nothing is checked here: [`Limit::validate`] and the limiter's builder
+    /// report a bad value as a [`ConfigError`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use slidegate::Limit;
+    ///
+    /// let l = Limit::new(500, Duration::from_secs(15 * 60));
+    /// assert_eq!(l.get_precision(), Duration::from_secs(15));
+    /// ```
+    pub fn new(max: u64, window: Duration) -> Limit {
+        Limit {
+            max,
+            window,
+            precision: default_precision(window),
+            accuracy: Accuracy::Interpolated,
+        }
+    }
+
+    /// At most `max` units per second (one 1-second slot).
+    ///
+    /// ```
+    /// assert_eq!(slidegate::Limit::per_second(10).max(), 10);
+    /// ```
+    pub fn per_second(max: u64) -> Limit {
+        Limit::new(max, Duration::from_secs(1))
+    }
+
+    /// At most `max` units per minute (sixty 1-second slots).
+    ///
+    /// ```
+    /// assert_eq!(slidegate::Limit::per_minute(120).slots(), 60);
+    /// ```
+    pub fn per_minute(max: u64) -> Limit {
+        Limit::new(max, Duration::from_secs(60))
+    }
+
+    /// At most `max` units per hour (sixty 1-minute slots).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// assert_eq!(slidegate::Limit::per_hour(240).get_precision(), Duration::from_secs(60));
+    /// ```
+    pub fn per_hour(max: u64) -> Limit {
+        Limit::new(max, Duration::from_secs(3600))
+    }
+
+    /// The same limit counted in slots of `precision` (it must divide the window).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use slidegate::Limit;
+    ///
+    /// let l = Limit::per_minute(60).precision(Duration::from_secs(60));
+    /// assert_eq!(l.slots(), 1); // the classic two-bucket estimate
+    /// ```
+    #[must_use]
+    pub fn precision(mut self, precision: Duration) -> Limit {
+        self.precision = precision;
+        self
+    }
+
+    /// The same limit with [`Accuracy::Strict`]: the oldest slot counts whole, so no
+    /// interval of length `window` ever holds more than `max` admitted units.
+    ///
+    /// ```
+    /// use slidegate::{Accuracy, Limit};
+    /// assert_eq!(Limit::per_minute(60).strict().accuracy(), Accuracy::Strict);
+    /// ```
+    #[must_use]
+    pub fn strict(mut self) -> Limit {
+        self.accuracy = Accuracy::Strict;
+        self
+    }
+
+    /// The most units admitted per window.
+    ///
+    /// ```
+    /// assert_eq!(slidegate::Limit::per_second(7).max(), 7);
+    /// ```
+    pub fn max(&self) -> u64 {
+        self.max
+    }
+
+    /// The window length.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// assert_eq!(slidegate::Limit::per_minute(1).window(), Duration::from_secs(60));
+    /// ```
+    pub fn window(&self) -> Duration {
+        self.window
+    }
+
+    /// The slot length: counts are kept per slot, and the window moves a slot at a time
+    /// (strict) or continuously by interpolation (interpolated).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// assert_eq!(slidegate::Limit::per_minute(1).get_precision(), Duration::from_secs(1));
+    /// ```
+    pub fn get_precision(&self) -> Duration {
+        self.precision
+    }
+
+    /// How the oldest slot is counted.
+    ///
+    /// ```
+    /// use slidegate::{Accuracy, Limit};
+    /// assert_eq!(Limit::per_second(1).accuracy(), Accuracy::Interpolated);
+    /// ```
+    pub fn accuracy(&self) -> Accuracy {
+        self.accuracy
+    }
+
+    /// Slots per window (`window / precision`), or 0 when the precision is zero.
+    ///
+    /// ```
+    /// assert_eq!(slidegate::Limit::per_second(1).slots(), 1);
+    /// ```
+    pub fn slots(&self) -> u64 {
+        let p = self.precision.as_nanos();
+        if p == 0 {
+            return 0;
+        }
+        u64::try_from(self.window.as_nanos() / p).unwrap_or(u64::MAX)
+    }
+
+    /// Checks this limit on its own (the builder also checks the limits against each other).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use slidegate::{ConfigError, Limit};
+    ///
+    /// assert!(Limit::per_second(10).validate().is_ok());
+    /// let bad = Limit::per_minute(10).precision(Duration::from_secs(7));
+    /// assert!(matches!(bad.validate(), Err(ConfigError::PrecisionDoesNotDivideWindow { .. })));
+    /// ```
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let limit = *self;
+        if self.max == 0 {
+            return Err(ConfigError::ZeroMax { limit });
+        }
+        if self.max > MAX_UNITS {
+            return Err(ConfigError::MaxTooLarge { limit, most: MAX_UNITS });
+        }
+        if self.window.is_zero() {
+            return Err(ConfigError::ZeroWindow { limit });
+        }
+        if self.precision.is_zero() {
+            return Err(ConfigError::ZeroPrecision { limit });
+        }
+        if !whole_millis(self.window) || !whole_millis(self.precision) {
+            return Err(ConfigError::NotWholeMilliseconds { limit });
+        }
+        if self.precision > self.window {
+            return Err(ConfigError::PrecisionLongerThanWindow { limit });
+        }
+        if self.window.as_nanos() % self.precision.as_nanos() != 0 {
+            return Err(ConfigError::PrecisionDoesNotDivideWindow { limit });
+        }
+        if self.slots() > MAX_SLOTS {
+            return Err(ConfigError::TooManySlots { limit, slots: self.slots(), most: MAX_SLOTS });
+        }
+        Ok(())
+    }
+}
+
+fn whole_millis(d: Duration) -> bool {
+    d.subsec_nanos() % 1_000_000 == 0
+}
+
+/// See the type-level docs of [`Limit`]: 1 s slots up to a minute, 60 slots above, and the
+/// largest slot count below that which divides the window into whole milliseconds.
+fn default_precision(window: Duration) -> Duration {
+    let ms = window.as_millis();
+    if ms == 0 || !whole_millis(window) {
+        return window;
+    }
+    let target = if ms <= 60_000 { (ms / 1000).max(1) } else { 60 };
+    let slots = (1..=target).rev().find(|n| ms % n == 0).unwrap_or(1);
+    Duration::from_millis(u64::try_from(ms / slots).unwrap_or(u64::MAX))
+}
+
+impl fmt::Display for Limit {
+    /// The canonical string form, which parses back to an equal `Limit`. The precision is
+    /// written only when it differs from the default.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/", self.max)?;
+        write_span(f, self.window)?;
+        if self.precision != default_precision(self.window) {
+            f.write_str("@")?;
+            write_span(f, self.precision)?;
+        }
+        if self.accuracy == Accuracy::Strict {
+            f.write_str(" strict")?;
+        }
+        Ok(())
+    }
+}
+
+fn write_span(f: &mut fmt::Formatter<'_>, d: Duration) -> fmt::Result {
+    const UNITS: [(u128, &str); 5] = [
+        (86_400_000_000_000, "d"),
+        (3_600_000_000_000, "h"),
+        (60_000_000_000, "min"),
+        (1_000_000_000, "s"),
+        (1_000_000, "ms"),
+    ];
+    let ns = d.as_nanos();
+    for (unit, name) in UNITS {
+        if ns != 0 && ns % unit == 0 {
+            let n = ns / unit;
+            return if n == 1 { f.write_str(name) } else { write!(f, "{n}{name}") };
+        }
+    }
+    write!(f, "{ns}ns")
+}
+
+impl FromStr for Limit {
+    type Err = ConfigError;
+
+    /// Parses `MAX/[N]UNIT[@[N]UNIT][ strict]` and validates the result.
+    ///
+    /// ```
+    /// use slidegate::{ConfigError, Limit};
+    /// assert!("10/s".parse::<Limit>().is_ok());
+    /// assert!(matches!("ten/s".parse::<Limit>(), Err(ConfigError::Parse { .. })));
+    /// assert!(matches!("0/s".parse::<Limit>(), Err(ConfigError::ZeroMax { .. })));
+    /// ```
+    fn from_str(input: &str) -> Result<Limit, ConfigError> {
+        let fail = |reason: &'static str| ConfigError::Parse { input: input.to_owned(), reason };
+        let text = input.trim();
+        let (text, strict) = match text.strip_suffix("strict") {
+            Some(rest) if rest.ends_with(char::is_whitespace) => (rest.trim_end(), true),
+            Some(_) => return Err(fail("write ' strict' after the limit, separated by a space")),
+            None => (text, false),
+        };
+        let (max, rest) = text
+            .split_once('/')
+            .ok_or_else(|| fail("expected MAX/WINDOW, e.g. \"120/min\""))?;
+        let max: u64 = max
+            .trim()
+            .parse()
+            .map_err(|_| fail("MAX must be a whole number of units, e.g. the 120 in \"120/min\""))?;
+        let (window, precision) = match rest.split_once('@') {
+            Some((w, p)) => (w, Some(p)),
+            None => (rest, None),
+        };
+        let window = parse_span(window).map_err(fail)?;
+        let mut limit = Limit::new(max, window);
+        if let Some(p) = precision {
+            limit = limit.precision(parse_span(p).map_err(fail)?);
+        }
+        if strict {
+            limit = limit.strict();
+        }
+        limit.validate()?;
+        Ok(limit)
+    }
+}
+
+/// `[N]UNIT`, e.g. `s`, `15min`, `250ms`.
+fn parse_span(text: &str) -> Result<Duration, &'static str> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (count, unit) = text.split_at(split);
+    let count: u64 = if count.is_empty() {
+        1
+    } else {
+        count.parse().map_err(|_| "the count before a time unit is too large")?
+    };
+    let unit_ms: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "ms" | "millis" | "millisecond" | "milliseconds" => 1,
+        "s" | "sec" | "secs" | "second" | "seconds" => 1_000,
+        "m" | "min" | "mins" | "minute" | "minutes" => 60_000,
+        "h" | "hr" | "hour" | "hours" => 3_600_000,
+        "d" | "day" | "days" => 86_400_000,
+        "" => return Err("a time unit is missing: use ms, s, min, h or d"),
+        _ => return Err("unknown time unit: use ms, s, min, h or d"),
+    };
+    let ms = count.checked_mul(unit_ms).ok_or("the time span is too long")?;
+    Ok(Duration::from_millis(ms))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_precision_divides_every_window() {
+        for ms in [1u64, 7, 100, 999, 1000, 1500, 10_000, 59_999, 60_000, 61_000, 90_000, 3_600_000] {
+            let l = Limit::new(1, Duration::from_millis(ms));
+            assert!(l.validate().is_ok(), "{ms} ms: {:?}", l.validate());
+        }
+        assert_eq!(Limit::new(1, Duration::from_millis(1500)).slots(), 1);
+        assert_eq!(Limit::new(1, Duration::from_secs(90)).slots(), 60);
+        assert_eq!(Limit::new(1, Duration::from_secs(15 * 60)).get_precision(), Duration::from_secs(15));
+    }
+
+    #[test]
+    fn parses_the_documented_forms() {
+        let cases = [
+            ("10/s", Limit::per_second(10)),
+            ("120/min", Limit::per_minute(120)),
+            ("240/h", Limit::per_hour(240)),
+            ("500/15min", Limit::new(500, Duration::from_secs(900))),
+            ("240/h@1min", Limit::per_hour(240).precision(Duration::from_secs(60))),
+            (" 5 / 10 s @ 5s strict ", Limit::new(5, Duration::from_secs(10)).precision(Duration::from_secs(5)).strict()),
+            ("3/250ms", Limit::new(3, Duration::from_millis(250))),
+            ("1/d", Limit::new(1, Duration::from_secs(86_400))),
+        ];
+        for (text, want) in cases {
+            assert_eq!(text.parse::<Limit>(), Ok(want), "{text}");
+        }
+    }
+
+    #[test]
+    fn display_round_trips() {
+        for text in ["10/s", "120/min", "240/h", "500/15min", "240/h@10min", "60/min strict", "3/250ms", "2/90s@45s"] {
+            let l: Limit = text.parse().unwrap_or_else(|e| panic!("{text}: {e}"));
+            assert_eq!(l.to_string().parse::<Limit>(), Ok(l), "{text} -> {l}");
+        }
+        assert_eq!(Limit::per_hour(240).precision(Duration::from_secs(60)).to_string(), "240/h");
+        assert_eq!(Limit::per_hour(240).precision(Duration::from_secs(600)).to_string(), "240/h@10min");
+    }
+
+    #[test]
+    fn rejects_bad_strings_with_a_reason() {
+        for text in ["", "10", "10/", "/s", "x/s", "10/parsec", "10/s@", "10/sstrict", "99999999999999999999/s", "10/99999999999999999999d"] {
+            match text.parse::<Limit>() {
+                Err(e) => assert!(!e.to_string().is_empty()),
+                Ok(l) => panic!("{text:?} parsed as {l:?}"),
+            }
+        }
+        assert!(matches!("0/s".parse::<Limit>(), Err(ConfigError::ZeroMax { .. })));
+        assert!(matches!("1/0s".parse::<Limit>(), Err(ConfigError::ZeroWindow { .. })));
+        assert!(matches!("1/min@7s".parse::<Limit>(), Err(ConfigError::PrecisionDoesNotDivideWindow { .. })));
+        assert!(matches!("1/s@1min".parse::<Limit>(), Err(ConfigError::PrecisionLongerThanWindow { .. })));
+        assert!(matches!("1/d@1s".parse::<Limit>(), Err(ConfigError::TooManySlots { .. })));
+        assert!(matches!("4294967296/s".parse::<Limit>(), Err(ConfigError::MaxTooLarge { .. })));
+    }
+}

@@ -1,0 +1,528 @@
+//! [`Limiter`]: the keyed front end. A sharded `DashMap` (hashed with `ahash`) maps each key
+//! to its [`KeyState`]; the builder wires up the clock and the sweeper.
+//!
+//! # Eviction and why no epoch
+//! A check runs entirely under the shard *read* guard that `DashMap::get` returns, and a key
+//! is removed or reset only under that shard's *write* lock, after re-checking that it is
+//! expired. The lock is therefore the grace period: no check can hold a key's state while
+//! it is removed, so no count is lost and no memory is freed under a reader. An epoch scheme
+//! (`crossbeam-epoch`) would add a pin to every check to protect a pointer that the guard
+//! already protects. The per-key protocol itself takes no lock.
+
+use std::borrow::Borrow;
+use std::fmt;
+use std::hash::Hash;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use dashmap::mapref::entry::Entry;
+use dashmap::DashMap;
+
+use crate::background::Periodic;
+use crate::clock::{start_coarse_clock, ManualClock, Now};
+use crate::decision::{Decision, Denial};
+use crate::error::ConfigError;
+use crate::limit::Limit;
+use crate::window::{KeyState, Outcome, Policy};
+
+/// Shards in the key map: enough that a sweep holds any one shard's lock only briefly and
+/// that two cores rarely meet on one shard.
+const SHARDS: usize = 256;
+
+/// The default resolution of the real clock.
+const DEFAULT_TICK: Duration = Duration::from_millis(1);
+
+struct Shared<K> {
+    map: DashMap<K, KeyState, ahash::RandomState>,
+    policy: Policy,
+    now: Now,
+    max_keys: usize,
+    /// Keys in the map, kept by insert and remove so `len()` and `max_keys` cost O(1).
+    live: AtomicUsize,
+}
+
+/// A keyed sliding-window rate limiter. Cheap to share: `&Limiter` from many threads, or
+/// an `Arc<Limiter>`.
+///
+/// ```
+/// use std::time::Duration;
+/// use slidegate::{Limit, Limiter, ManualClock};
+///
+/// let clock = ManualClock::new();
+/// let limiter = Limiter::<String>::builder()
+///     .limit(Limit::per_second(10))
+///     .limit(Limit::per_minute(120))
+///     .limit(Limit::new(240, Duration::from_secs(3600)).precision(Duration::from_secs(60)))
+///     .clock(clock.clone())
+///     .build()?;
+///
+/// for _ in 0..10 {
+///     assert!(limiter.check("user_a").is_allowed());
+/// }
+/// let refused = limiter.check("user_a");
+/// assert!(!refused.is_allowed());
+/// assert_eq!(refused.retry_after(), Some(Duration::from_secs(1)));
+/// assert!(limiter.check("user_b").is_allowed()); // keys are independent
+///
+/// clock.advance(Duration::from_secs(1));
+/// assert!(limiter.check("user_a").is_allowed());
+/// # Ok::<(), slidegate::ConfigError>(())
+/// ```
+pub struct Limiter<K> {
+    shared: Arc<Shared<K>>,
+    // Dropped after `shared` is released by this handle; each joins its thread.
+    _sweeper: Option<Periodic>,
+    _ticker: Option<Periodic>,
+}
+
+impl<K> Limiter<K>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+{
+    /// Starts configuring a limiter.
+    ///
+    /// ```
+    /// use slidegate::{Limit, Limiter};
+    /// let limiter = Limiter::<u64>::builder().limit(Limit::per_second(5)).build()?;
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn builder() -> LimiterBuilder<K> {
+        LimiterBuilder {
+            limits: Vec::new(),
+            clock: None,
+            max_keys: None,
+            sweep_interval: None,
+            tick: DEFAULT_TICK,
+            _key: PhantomData,
+        }
+    }
+
+    /// Checks a request of cost 1 for `key`, counting it if admitted. Same as
+    /// [`check_n`](Self::check_n)`(key, 1)`.
+    ///
+    /// ```
+    /// use slidegate::{Limit, Limiter};
+    /// let limiter = Limiter::<String>::builder().limit(Limit::per_second(1)).build()?;
+    /// assert!(limiter.check("alice").is_allowed());
+    /// assert!(!limiter.check("alice").is_allowed());
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    #[inline]
+    pub fn check<Q>(&self, key: &Q) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.check_n(key, 1)
+    }
+
+    /// Checks a request weighing `cost` units. It is admitted only if every limit has room
+    /// for all of it, and then counted in every limit; a refused request changes nothing.
+    /// A cost of 0 consumes nothing and never inserts a key. A cost above some limit's
+    /// `max` is refused with [`Denial::CostTooLarge`] and no `retry_after`.
+    ///
+    /// ```
+    /// use slidegate::{Denial, Limit, Limiter};
+    /// let limiter = Limiter::<u64>::builder().limit(Limit::per_second(10)).build()?;
+    /// assert_eq!(limiter.check_n(&1, 4).remaining(), 6);
+    /// assert_eq!(limiter.check_n(&1, 7).denial(), Some(Denial::Limit(0)));
+    /// assert_eq!(limiter.check_n(&1, 11).denial(), Some(Denial::CostTooLarge(0)));
+    /// assert_eq!(limiter.check_n(&1, 6).remaining(), 0);
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn check_n<Q>(&self, key: &Q, cost: u64) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let shared = &*self.shared;
+        let policy = &shared.policy;
+        let now = shared.now.nanos();
+        if let Some(index) = policy.oversized(cost) {
+            let room = match shared.map.get(key) {
+                Some(state) => state.room(policy, now),
+                None => policy.fresh(0).remaining(),
+            };
+            return policy.never(index, room);
+        }
+        loop {
+            let Some(state) = shared.map.get(key) else { break };
+            if let Outcome::Decided(decision) = state.check(policy, now, cost, true) {
+                return decision;
+            }
+            drop(state);
+            // Expired: reset under the shard's write lock, where no check can be running,
+            // then check again (the fresh state cannot be expired at `now`).
+            if let Some(state) = shared.map.get_mut(key) {
+                if state.is_expired(policy, now) {
+                    state.reset(policy, now);
+                }
+            }
+        }
+        if cost == 0 {
+            return policy.fresh(0);
+        }
+        self.insert(key, now, cost)
+    }
+
+    #[cold]
+    fn insert<Q>(&self, key: &Q, now: u64, cost: u64) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let shared = &*self.shared;
+        let policy = &shared.policy;
+        match shared.map.entry(key.to_owned()) {
+            // Another thread inserted it meanwhile; we hold the write lock, so a reset is safe.
+            Entry::Occupied(entry) => {
+                let state = entry.get();
+                if state.is_expired(policy, now) {
+                    state.reset(policy, now);
+                }
+                match state.check(policy, now, cost, true) {
+                    Outcome::Decided(decision) => decision,
+                    Outcome::Expired => policy.fresh(cost),
+                }
+            }
+            Entry::Vacant(entry) => {
+                // Relaxed: `live` is a counter; the shard lock orders the map itself.
+                if shared.live.fetch_add(1, Ordering::Relaxed) >= shared.max_keys {
+                    shared.live.fetch_sub(1, Ordering::Relaxed);
+                    return Decision { denial: Some(Denial::TooManyKeys), remaining: 0, retry_after: None, tightest: 0 };
+                }
+                let state = KeyState::new(policy, now);
+                let decision = match state.check(policy, now, cost, true) {
+                    Outcome::Decided(decision) => decision,
+                    Outcome::Expired => policy.fresh(cost),
+                };
+                entry.insert(state);
+                decision
+            }
+        }
+    }
+
+    /// Would a request of cost 1 be admitted now? Consumes nothing and inserts no key;
+    /// `remaining()` is what it would be if the request were admitted.
+    ///
+    /// ```
+    /// use slidegate::{Limit, Limiter};
+    /// let limiter = Limiter::<u64>::builder().limit(Limit::per_second(3)).build()?;
+    /// assert_eq!(limiter.peek(&9).remaining(), 2);
+    /// assert_eq!(limiter.len(), 0);
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn peek<Q>(&self, key: &Q) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let shared = &*self.shared;
+        let now = shared.now.nanos();
+        match shared.map.get(key) {
+            Some(state) => match state.check(&shared.policy, now, 1, false) {
+                Outcome::Decided(decision) => decision,
+                Outcome::Expired => shared.policy.fresh(1),
+            },
+            None => shared.policy.fresh(1),
+        }
+    }
+
+    /// Forgets `key`: its windows start empty. Returns whether it was present.
+    ///
+    /// ```
+    /// use slidegate::{Limit, Limiter};
+    /// let limiter = Limiter::<u64>::builder().limit(Limit::per_second(1)).build()?;
+    /// let _ = limiter.check(&1);
+    /// assert!(limiter.reset(&1));
+    /// assert!(limiter.check(&1).is_allowed());
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn reset<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let removed = self.shared.map.remove(key).is_some();
+        if removed {
+            self.shared.live.fetch_sub(1, Ordering::Relaxed);
+        }
+        removed
+    }
+
+    /// Evicts every key whose windows are all empty (idle for longer than the longest
+    /// window plus one of its slots) and returns how many. The background sweeper calls
+    /// this; with a [`ManualClock`] call it yourself. Evicting such a key changes no
+    /// decision.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use slidegate::{Limit, Limiter, ManualClock};
+    /// let clock = ManualClock::new();
+    /// let limiter = Limiter::<u64>::builder().limit(Limit::per_second(1)).clock(clock.clone()).build()?;
+    /// let _ = limiter.check(&1);
+    /// assert_eq!(limiter.sweep(), 0);
+    /// clock.advance(Duration::from_secs(2));
+    /// assert_eq!(limiter.sweep(), 1);
+    /// assert_eq!(limiter.len(), 0);
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn sweep(&self) -> usize {
+        self.shared.sweep()
+    }
+
+    /// The number of keys held.
+    ///
+    /// ```
+    /// use slidegate::{Limit, Limiter};
+    /// let limiter = Limiter::<u64>::builder().limit(Limit::per_second(1)).build()?;
+    /// let _ = limiter.check(&1);
+    /// let _ = limiter.check(&2);
+    /// assert_eq!(limiter.len(), 2);
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn len(&self) -> usize {
+        self.shared.live.load(Ordering::Relaxed)
+    }
+
+    /// `true` when no key is held.
+    ///
+    /// ```
+    /// use slidegate::{Limit, Limiter};
+    /// let limiter = Limiter::<u64>::builder().limit(Limit::per_second(1)).build()?;
+    /// assert!(limiter.is_empty());
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The limits this limiter applies, in builder order (the index a
+    /// [`Denial::Limit`] names).
+    ///
+    /// ```
+    /// use slidegate::{Limit, Limiter};
+    /// let limiter = Limiter::<u64>::builder().limit("10/s".parse()?).build()?;
+    /// assert_eq!(limiter.limits().next(), Some(&Limit::per_second(10)));
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn limits(&self) -> impl Iterator<Item = &Limit> + '_ {
+        self.shared.policy.limits()
+    }
+
+    /// Heap bytes one key's counters take (the map entry and allocator overhead come on
+    /// top; see the README's memory table).
+    ///
+    /// ```
+    /// use slidegate::{Limit, Limiter};
+    /// let limiter = Limiter::<u64>::builder().limit(Limit::per_second(10)).build()?;
+    /// assert_eq!(limiter.state_bytes_per_key(), 8 * 4); // touched, current slot, 2 ring slots
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn state_bytes_per_key(&self) -> usize {
+        self.shared.policy.words_per_key() * 8
+    }
+}
+
+impl<K: Hash + Eq + Clone> Shared<K> {
+    fn sweep(&self) -> usize {
+        let now = self.now.nanos();
+        // Collect under the shards' read locks (checks go on), then remove each key under
+        // its shard's write lock, re-checking expiry there: a check that slipped in between
+        // has refreshed the key and keeps it.
+        let expired: Vec<K> = self
+            .map
+            .iter()
+            .filter(|entry| entry.value().is_expired(&self.policy, now))
+            .map(|entry| entry.key().clone())
+            .collect();
+        let mut evicted = 0;
+        for key in expired {
+            if self.map.remove_if(&key, |_, state| state.is_expired(&self.policy, now)).is_some() {
+                evicted += 1;
+            }
+        }
+        self.live.fetch_sub(evicted, Ordering::Relaxed);
+        evicted
+    }
+}
+
+impl<K> fmt::Debug for Limiter<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Limiter")
+            .field("limits", &self.shared.policy.limits().collect::<Vec<_>>())
+            .field("keys", &self.shared.live.load(Ordering::Relaxed))
+            .field("max_keys", &self.shared.max_keys)
+            .finish()
+    }
+}
+
+/// Configures a [`Limiter`]; see [`Limiter::builder`].
+///
+/// ```
+/// use std::time::Duration;
+/// use slidegate::{Limit, Limiter};
+///
+/// let limiter = Limiter::<std::net::IpAddr>::builder()
+///     .limit("10/s".parse()?)
+///     .limit("120/min".parse()?)
+///     .max_keys(1_000_000)
+///     .sweep_interval(Duration::from_secs(5))
+///     .build()?;
+/// # Ok::<(), slidegate::ConfigError>(())
+/// ```
+#[must_use = "a builder does nothing until .build()"]
+pub struct LimiterBuilder<K> {
+    limits: Vec<Limit>,
+    clock: Option<ManualClock>,
+    max_keys: Option<usize>,
+    sweep_interval: Option<Duration>,
+    tick: Duration,
+    _key: PhantomData<fn() -> K>,
+}
+
+impl<K> fmt::Debug for LimiterBuilder<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LimiterBuilder")
+            .field("limits", &self.limits)
+            .field("manual_clock", &self.clock.is_some())
+            .field("max_keys", &self.max_keys)
+            .field("sweep_interval", &self.sweep_interval)
+            .field("tick", &self.tick)
+            .finish()
+    }
+}
+
+impl<K> LimiterBuilder<K>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+{
+    /// Adds a limit. Repeatable: every limit applies to every request.
+    ///
+    /// ```
+    /// use slidegate::{Limit, Limiter};
+    /// let limiter = Limiter::<u64>::builder()
+    ///     .limit(Limit::per_second(10))
+    ///     .limit(Limit::per_minute(120))
+    ///     .build()?;
+    /// assert_eq!(limiter.limits().count(), 2);
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn limit(mut self, limit: Limit) -> Self {
+        self.limits.push(limit);
+        self
+    }
+
+    /// Drives the limiter from a [`ManualClock`] instead of the real clock. Such a limiter
+    /// starts no background thread; call [`Limiter::sweep`] to evict idle keys.
+    ///
+    /// ```
+    /// use slidegate::{Limit, Limiter, ManualClock};
+    /// let clock = ManualClock::new();
+    /// let limiter = Limiter::<u64>::builder().limit(Limit::per_second(1)).clock(clock.clone()).build()?;
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn clock(mut self, clock: ManualClock) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// Holds at most `max_keys` keys: a new key beyond that is refused with
+    /// [`Denial::TooManyKeys`], and nothing already held is touched. Default: unbounded.
+    ///
+    /// ```
+    /// use slidegate::{Denial, Limit, Limiter};
+    /// let limiter = Limiter::<u64>::builder().limit(Limit::per_second(1)).max_keys(1).build()?;
+    /// assert!(limiter.check(&1).is_allowed());
+    /// assert_eq!(limiter.check(&2).denial(), Some(Denial::TooManyKeys));
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn max_keys(mut self, max_keys: usize) -> Self {
+        self.max_keys = Some(max_keys);
+        self
+    }
+
+    /// How often the background sweeper evicts idle keys. Default: the shortest window.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use slidegate::{Limit, Limiter};
+    /// let limiter = Limiter::<u64>::builder()
+    ///     .limit(Limit::per_hour(100))
+    ///     .sweep_interval(Duration::from_secs(30))
+    ///     .build()?;
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn sweep_interval(mut self, interval: Duration) -> Self {
+        self.sweep_interval = Some(interval);
+        self
+    }
+
+    /// Resolution of the real clock: how often its ticker thread refreshes the time every
+    /// check reads. Default 1 ms. Ignored with a [`ManualClock`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use slidegate::{Limit, Limiter};
+    /// let limiter = Limiter::<u64>::builder()
+    ///     .limit(Limit::per_second(100))
+    ///     .clock_tick(Duration::from_micros(500))
+    ///     .build()?;
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn clock_tick(mut self, tick: Duration) -> Self {
+        self.tick = tick;
+        self
+    }
+
+    /// Validates the configuration and starts the limiter (and, with the real clock, its
+    /// ticker and sweeper threads, which stop when the limiter is dropped).
+    ///
+    /// ```
+    /// use slidegate::{ConfigError, Limit, Limiter};
+    /// let err = Limiter::<u64>::builder().limit(Limit::per_second(0)).build().unwrap_err();
+    /// assert!(matches!(err, ConfigError::ZeroMax { .. }));
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn build(self) -> Result<Limiter<K>, ConfigError> {
+        let policy = Policy::new(&self.limits)?;
+        if self.max_keys == Some(0) {
+            return Err(ConfigError::ZeroMaxKeys);
+        }
+        let sweep_interval = match self.sweep_interval {
+            Some(interval) if interval.is_zero() => return Err(ConfigError::ZeroSweepInterval),
+            Some(interval) => interval,
+            None => self.limits.iter().map(Limit::window).min().unwrap_or(Duration::from_secs(1)),
+        };
+        let spawn_error = |thread| move |e: std::io::Error| ConfigError::ThreadSpawn { thread, reason: e.to_string() };
+        let (now, ticker) = match &self.clock {
+            Some(clock) => (clock.source(), None),
+            None => {
+                let tick = self.tick.max(Duration::from_micros(50));
+                let (now, ticker) = start_coarse_clock(tick).map_err(spawn_error("clock"))?;
+                (now, Some(ticker))
+            }
+        };
+        let shared = Arc::new(Shared {
+            map: DashMap::with_hasher_and_shard_amount(ahash::RandomState::new(), SHARDS),
+            policy,
+            now,
+            max_keys: self.max_keys.unwrap_or(usize::MAX),
+            live: AtomicUsize::new(0),
+        });
+        let sweeper = match ticker {
+            None => None,
+            Some(_) => {
+                let sweeping = Arc::clone(&shared);
+                let sweeper = Periodic::spawn("slidegate-sweeper", sweep_interval, move || {
+                    sweeping.sweep();
+                })
+                .map_err(spawn_error("sweeper"))?;
+                Some(sweeper)
+            }
+        };
+        Ok(Limiter { shared, _sweeper: sweeper, _ticker: ticker })
+    }
+}

@@ -1,0 +1,601 @@
+//! The hot path: one key's sliding windows, and admission across all of them with atomics
+//! and compare-and-swap only.
+//!
+//! # Layout
+//! A key's state is one boxed slice of `AtomicU64` words:
+//!
+//! ```text
+//! [touched] [cur₀] [hist₀ × (n₀+1)] [cur₁] [hist₁ × (n₁+1)] ...
+//! ```
+//!
+//! * `touched`: the time (ns) of the last admission that moved a slot; it bounds how old
+//!   every count is, which is what eviction and expiry need.
+//! * `cur`: the limit's current slot as one word, `(slot tag: u32, count: u32)`. Every
+//!   admission into the limit is a CAS on this word, so per limit, admissions are totally
+//!   ordered and exact.
+//! * `hist`: a ring of `n + 1` closed slots, each `(slot tag, count)`. Slot `i` lives at
+//!   position `i % (n + 1)`. At a current slot `k` the window reads slots `k-n ..= k-1`
+//!   from the ring, which leaves position `k % (n+1)` free: the thread that moves `cur`
+//!   from `k` to a later slot writes slot `k`'s final count there *before* its CAS, so the
+//!   history is complete the moment the new `cur` is visible (Release on the CAS, Acquire on
+//!   the load). A jump of several slots also writes the skipped slots as empty; a reader
+//!   that meets such a newer tag knows time has moved on and adopts the later slot, so no
+//!   one waits for anyone.
+//!
+//! Slot tags are 32 bits of the slot index. They are compared only within a key that is
+//! not expired, where `touched` bounds the gap to below 2³¹ slots (checked at build time),
+//! so they never alias. An expired key is reset under the map's shard write lock, never
+//! in place by concurrent checks.
+//!
+//! # Several limits
+//! A request must fit every limit and is then counted in every limit. The check first
+//! reads a view of every limit (loads only: a refused request writes nothing). If all
+//! admit, it commits limit by limit with a CAS each; if a CAS loses a race and the limit no
+//! longer admits, the limits already committed are rolled back and the check starts over.
+//! A rollback that finds its slot already closed leaves the units counted there: the error
+//! is conservative (never over-admission) and needs a slot boundary to pass within the
+//! nanoseconds between a commit and its rollback.
+
+use std::time::Duration;
+
+use crate::decision::{Decision, Denial};
+use crate::error::ConfigError;
+use crate::limit::{Accuracy, Limit};
+use crate::sync::{AtomicU64, Ordering};
+
+/// The most limits one limiter may apply together (views live on the stack).
+pub const MAX_LIMITS: usize = 8;
+
+const TOUCHED: usize = 0;
+
+#[inline]
+fn pack(slot: u64, count: u64) -> u64 {
+    // Truncation to 32 bits is the point: see the module docs on tags.
+    ((slot as u32 as u64) << 32) | (count.min(u64::from(u32::MAX)))
+}
+
+#[inline]
+fn tag_of(word: u64) -> u32 {
+    (word >> 32) as u32
+}
+
+#[inline]
+fn count_of(word: u64) -> u64 {
+    word & 0xFFFF_FFFF
+}
+
+/// Signed distance from tag `b` to tag `a`, in slots (valid while below 2³¹).
+#[inline]
+fn tag_distance(a: u32, b: u32) -> i64 {
+    i64::from(a.wrapping_sub(b) as i32)
+}
+
+/// One limit, compiled for the hot path.
+#[derive(Debug, Clone)]
+pub(crate) struct Rule {
+    pub(crate) limit: Limit,
+    max: u64,
+    /// Slot length in ns.
+    precision: u64,
+    /// Slots per window.
+    slots: u64,
+    /// `slots + 1`: ring positions, and also the slot-index offset that keeps
+    /// `k - ring` from going below zero.
+    ring: u64,
+    strict: bool,
+    /// Index of this limit's `cur` word; its ring follows it.
+    at: usize,
+}
+
+impl Rule {
+    #[inline]
+    fn slot_of(&self, now: u64) -> (u64, u64) {
+        (now / self.precision + self.ring, now % self.precision)
+    }
+
+    #[inline]
+    fn time_of(&self, slot: u64, elapsed: u64) -> u64 {
+        slot.saturating_sub(self.ring).saturating_mul(self.precision).saturating_add(elapsed)
+    }
+
+    #[inline]
+    fn position(&self, slot: u64) -> usize {
+        // `ring` is at most MAX_SLOTS + 1, so the remainder fits a usize.
+        self.at + 1 + (slot % self.ring) as usize
+    }
+}
+
+/// The compiled set of limits a limiter applies to every key.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    rules: Box<[Rule]>,
+    words: usize,
+    /// A key untouched for this long (ns) holds no count in any window.
+    expiry: u64,
+}
+
+impl Policy {
+    /// Validates `limits` together and lays out the per-key words.
+    pub fn new(limits: &[Limit]) -> Result<Policy, ConfigError> {
+        if limits.is_empty() {
+            return Err(ConfigError::NoLimits);
+        }
+        if limits.len() > MAX_LIMITS {
+            return Err(ConfigError::TooManyLimits { given: limits.len(), most: MAX_LIMITS });
+        }
+        let mut rules = Vec::with_capacity(limits.len());
+        let mut at = TOUCHED + 1;
+        for limit in limits {
+            limit.validate()?;
+            let precision = nanos(limit.get_precision());
+            let slots = limit.slots();
+            rules.push(Rule {
+                limit: *limit,
+                max: limit.max(),
+                precision,
+                slots,
+                ring: slots + 1,
+                strict: limit.accuracy() == Accuracy::Strict,
+                at,
+            });
+            // validate() bounds slots by MAX_SLOTS, so this cannot overflow.
+            at += 2 + slots as usize;
+        }
+        let expiry = rules
+            .iter()
+            .map(|r| nanos(r.limit.window()).saturating_add(r.precision))
+            .max()
+            .unwrap_or(0);
+        for r in &rules {
+            if expiry / r.precision + 1 >= 1 << 31 {
+                return Err(ConfigError::SpanTooWide {
+                    limit: r.limit,
+                    longest_window: Duration::from_nanos(expiry.saturating_sub(r.precision)),
+                });
+            }
+        }
+        Ok(Policy { rules: rules.into_boxed_slice(), words: at, expiry })
+    }
+
+    /// The limits, in builder order.
+    pub fn limits(&self) -> impl Iterator<Item = &Limit> {
+        self.rules.iter().map(|r| &r.limit)
+    }
+
+    /// 64-bit words per key.
+    pub fn words_per_key(&self) -> usize {
+        self.words
+    }
+
+    /// The index of the first limit whose `max` is below `cost`: such a request never fits.
+    pub(crate) fn oversized(&self, cost: u64) -> Option<usize> {
+        self.rules.iter().position(|r| cost > r.max)
+    }
+
+    /// The decision for a key with no state (absent, or expired): everything is free.
+    pub(crate) fn fresh(&self, cost: u64) -> Decision {
+        let (tightest, remaining) = self
+            .rules
+            .iter()
+            .map(|r| r.max.saturating_sub(cost))
+            .enumerate()
+            .min_by_key(|&(_, room)| room)
+            .unwrap_or((0, 0));
+        Decision { denial: None, remaining, retry_after: None, tightest }
+    }
+
+    /// The decision for a cost that exceeds limit `index`'s `max`, given the room the key has.
+    pub(crate) fn never(&self, index: usize, remaining: u64) -> Decision {
+        Decision { denial: Some(Denial::CostTooLarge(index)), remaining, retry_after: None, tightest: index }
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// One limit as a check sees it: what is in the window now, and what a commit would write.
+#[derive(Debug, Clone, Copy, Default)]
+struct View {
+    /// The slot this view is for (may be later than the caller's clock if another thread
+    /// has already moved on), and ns elapsed in it.
+    slot: u64,
+    elapsed: u64,
+    /// The `cur` word as loaded: the expected value of the commit's CAS.
+    seen: u64,
+    /// Units in the current slot, in the slots wholly inside the window before it, and in
+    /// the oldest, partly covered slot.
+    current: u64,
+    full: u64,
+    oldest: u64,
+    /// When `cur` holds an older slot: its index and count (the commit closes it).
+    closing: Option<(u64, u64)>,
+    /// The key is expired: every count is zero.
+    expired: bool,
+}
+
+impl View {
+    /// The window's count times the precision (exact integer form of the estimate).
+    #[inline]
+    fn scaled(&self, rule: &Rule) -> u128 {
+        let whole = u128::from(self.current + self.full) * u128::from(rule.precision);
+        let weight = if rule.strict { rule.precision } else { rule.precision - self.elapsed };
+        whole + u128::from(self.oldest) * u128::from(weight)
+    }
+
+    #[inline]
+    fn admits(&self, rule: &Rule, cost: u64) -> bool {
+        self.scaled(rule) + u128::from(cost) * u128::from(rule.precision)
+            <= u128::from(rule.max) * u128::from(rule.precision)
+    }
+
+    /// Whole units still free after `cost` more.
+    #[inline]
+    fn room(&self, rule: &Rule, cost: u64) -> u64 {
+        let p = u128::from(rule.precision);
+        let free = (u128::from(rule.max) * p).saturating_sub(self.scaled(rule) + u128::from(cost) * p);
+        u64::try_from(free / p).unwrap_or(u64::MAX)
+    }
+}
+
+/// A history read: the slot's count, or the index of a newer slot found in its place.
+enum Hist {
+    Count(u64),
+    Newer(u64),
+}
+
+/// What a check concluded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The decision, already applied to the state if it admitted and was not a peek.
+    Decided(Decision),
+    /// The key is expired and the check wants to count: reset it under exclusive access
+    /// ([`KeyState::reset`]) and check again.
+    Expired,
+}
+
+/// One key's counters for every limit of a [`Policy`].
+#[derive(Debug)]
+pub struct KeyState {
+    words: Box<[AtomicU64]>,
+}
+
+impl KeyState {
+    /// Fresh state: every window empty, as of `now` (ns).
+    pub fn new(policy: &Policy, now: u64) -> KeyState {
+        let words: Box<[AtomicU64]> = (0..policy.words).map(|_| AtomicU64::new(0)).collect();
+        let state = KeyState { words };
+        state.reset(policy, now);
+        state
+    }
+
+    #[inline]
+    fn word(&self, index: usize) -> &AtomicU64 {
+        &self.words[index]
+    }
+
+    /// Rewrites the state as fresh at `now`. Only for a caller with exclusive access
+    /// (construction, or the map's shard write lock), hence `Relaxed`: the lock's release
+    /// publishes these stores.
+    pub fn reset(&self, policy: &Policy, now: u64) {
+        self.word(TOUCHED).store(now, Ordering::Relaxed);
+        for rule in policy.rules.iter() {
+            let (slot, _) = rule.slot_of(now);
+            self.word(rule.at).store(pack(slot, 0), Ordering::Relaxed);
+            for i in slot - rule.ring..slot {
+                self.word(rule.position(i)).store(pack(i, 0), Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// `true` when no window of the key holds any count at `now`: the state equals a fresh
+    /// one, so dropping it changes no decision.
+    pub fn is_expired(&self, policy: &Policy, now: u64) -> bool {
+        now.saturating_sub(self.word(TOUCHED).load(Ordering::Relaxed)) >= policy.expiry
+    }
+
+    /// Checks a request of `cost` units at `now` (ns). With `commit`, an admitted request is
+    /// counted in every limit; without, nothing is written (a peek). `cost` must not exceed
+    /// any limit's `max` (see [`Policy::oversized`]).
+    pub fn check(&self, policy: &Policy, now: u64, cost: u64, commit: bool) -> Outcome {
+        let rules = &policy.rules[..];
+        let mut views = [View::default(); MAX_LIMITS];
+        'attempt: loop {
+            let expired = self.is_expired(policy, now);
+            if expired && commit && cost > 0 {
+                return Outcome::Expired;
+            }
+            let mut admits = true;
+            for (rule, view) in rules.iter().zip(views.iter_mut()) {
+                *view = self.view(rule, now, expired);
+                admits &= view.admits(rule, cost);
+            }
+            if !admits || !commit || cost == 0 {
+                return Outcome::Decided(self.decide(policy, &views, now, cost, admits));
+            }
+            let mut moved = false;
+            for (j, rule) in rules.iter().enumerate() {
+                loop {
+                    let view = &mut views[j];
+                    if self.commit(rule, view, cost) {
+                        moved |= view.closing.is_some();
+                        break;
+                    }
+                    *view = self.view(rule, now, false);
+                    if !view.admits(rule, cost) {
+                        for (done, v) in rules.iter().zip(views.iter()).take(j) {
+                            self.rollback(done, v.slot, cost);
+                        }
+                        continue 'attempt;
+                    }
+                }
+            }
+            if moved {
+                // Relaxed: `touched` is read by `is_expired`, either under the shard write
+                // lock (which orders it after this check) or as a hint that is re-checked
+                // under that lock before anything is reset.
+                self.word(TOUCHED).fetch_max(now, Ordering::Relaxed);
+            }
+            return Outcome::Decided(self.decide(policy, &views, now, cost, true));
+        }
+    }
+
+    /// Reads one limit's window at `now` (loads only).
+    fn view(&self, rule: &Rule, now: u64, expired: bool) -> View {
+        let (mut slot, mut elapsed) = rule.slot_of(now);
+        // Acquire pairs with the Release CAS in `commit`/`rollback`: it makes the history
+        // written before the CAS that produced this value (or any earlier one in its
+        // release sequence) visible to the ring reads below.
+        let seen = self.word(rule.at).load(Ordering::Acquire);
+        if expired {
+            return View { slot, elapsed, seen, expired, ..View::default() };
+        }
+        let (tag, count) = (tag_of(seen), count_of(seen));
+        'adopt: loop {
+            let behind = tag_distance(slot as u32, tag);
+            if behind < 0 {
+                // Another thread already works in a later slot: time is at least there.
+                slot += behind.unsigned_abs();
+                elapsed = 0;
+                continue 'adopt;
+            }
+            let tag_slot = slot - behind as u64;
+            let (current, closing) = if behind == 0 { (count, None) } else { (0, Some((tag_slot, count))) };
+            let mut view = View { slot, elapsed, seen, current, closing, ..View::default() };
+            for i in slot - rule.slots..slot {
+                let units = match closing {
+                    Some((closed, units)) if i == closed => units,
+                    Some((closed, _)) if i > closed => 0,
+                    _ => match self.hist(rule, i) {
+                        Hist::Count(units) => units,
+                        Hist::Newer(newer) => {
+                            // A jump to a later slot is being written: adopt it.
+                            slot = newer + 1;
+                            elapsed = 0;
+                            continue 'adopt;
+                        }
+                    },
+                };
+                if i == slot - rule.slots {
+                    view.oldest = units;
+                } else {
+                    view.full += units;
+                }
+            }
+            return view;
+        }
+    }
+
+    #[inline]
+    fn hist(&self, rule: &Rule, slot: u64) -> Hist {
+        // Relaxed: ordered by the Acquire load of `cur` in `view` (see there).
+        let word = self.word(rule.position(slot)).load(Ordering::Relaxed);
+        match tag_distance(tag_of(word), slot as u32) {
+            0 => Hist::Count(count_of(word)),
+            d if d > 0 => Hist::Newer(slot + d as u64),
+            _ => Hist::Count(0),
+        }
+    }
+
+    /// Units in slot `i` as `view` sees it (for retry times; a racing newer slot reads as 0).
+    fn units_in(&self, rule: &Rule, view: &View, i: u64) -> u64 {
+        if view.expired || i > view.slot {
+            return 0;
+        }
+        if i == view.slot {
+            return view.current;
+        }
+        match view.closing {
+            Some((closed, units)) if i == closed => units,
+            Some((closed, _)) if i > closed => 0,
+            _ => match self.hist(rule, i) {
+                Hist::Count(units) => units,
+                Hist::Newer(_) => 0,
+            },
+        }
+    }
+
+    /// Counts `cost` in the view's slot with one CAS on `cur`, first writing the history
+    /// that the move to a new slot closes. `false` if `cur` changed since the view.
+    fn commit(&self, rule: &Rule, view: &View, cost: u64) -> bool {
+        if let Some((closed, units)) = view.closing {
+            let lowest = view.slot - rule.ring;
+            if closed >= lowest {
+                self.raise(rule.position(closed), pack(closed, units));
+            }
+            for skipped in (closed + 1).max(lowest)..view.slot {
+                self.raise(rule.position(skipped), pack(skipped, 0));
+            }
+        }
+        let next = pack(view.slot, view.current + cost);
+        // Release pairs with the Acquire load in `view`: the history written just above
+        // happens-before any view that sees `next` (or a later value in its release sequence).
+        self.word(rule.at)
+            .compare_exchange(view.seen, next, Ordering::Release, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// Stores `word` in a ring position unless the position already holds a newer slot, or
+    /// the same slot with at least as many units. Every thread closing a slot writes the
+    /// same final count, and a stale writer's smaller count or older slot loses, so the
+    /// ring only ever moves forward.
+    fn raise(&self, position: usize, word: u64) {
+        let cell = self.word(position);
+        // Relaxed: published by the Release CAS on `cur` that follows in `commit`.
+        let mut old = cell.load(Ordering::Relaxed);
+        loop {
+            let ahead = tag_distance(tag_of(word), tag_of(old));
+            if ahead < 0 || (ahead == 0 && count_of(word) <= count_of(old)) {
+                return;
+            }
+            match cell.compare_exchange_weak(old, word, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return,
+                Err(seen) => old = seen,
+            }
+        }
+    }
+
+    /// Takes back `cost` units committed to `slot` by a check that then failed on a later
+    /// limit. If the slot has closed meanwhile the units stay (see the module docs).
+    fn rollback(&self, rule: &Rule, slot: u64, cost: u64) {
+        let cell = self.word(rule.at);
+        let mut cur = cell.load(Ordering::Relaxed);
+        while tag_of(cur) == slot as u32 {
+            let next = pack(slot, count_of(cur).saturating_sub(cost));
+            // Release: continues the release sequence of the commit it undoes, so the
+            // history that commit published stays visible to readers of this value.
+            match cell.compare_exchange_weak(cur, next, Ordering::Release, Ordering::Relaxed) {
+                Ok(_) => return,
+                Err(seen) => cur = seen,
+            }
+        }
+    }
+
+    fn decide(&self, policy: &Policy, views: &[View], now: u64, cost: u64, allowed: bool) -> Decision {
+        let rules = policy.rules.iter().zip(views.iter());
+        if allowed {
+            let (tightest, remaining) = rules
+                .map(|(rule, view)| view.room(rule, cost))
+                .enumerate()
+                .min_by_key(|&(_, room)| room)
+                .unwrap_or((0, 0));
+            return Decision { denial: None, remaining, retry_after: None, tightest };
+        }
+        let remaining = rules.clone().map(|(rule, view)| view.room(rule, 0)).min().unwrap_or(0);
+        let (limit, at) = rules
+            .enumerate()
+            .filter(|(_, (rule, view))| !view.admits(rule, cost))
+            .map(|(j, (rule, view))| (j, self.admissible_at(rule, view, cost)))
+            .max_by_key(|&(j, at)| (at, std::cmp::Reverse(j)))
+            .unwrap_or((0, now));
+        Decision {
+            denial: Some(Denial::Limit(limit)),
+            remaining,
+            retry_after: Some(Duration::from_nanos(at.saturating_sub(now))),
+            tightest: limit,
+        }
+    }
+
+    /// The earliest time (ns) at which `cost` more units fit this limit if nothing else is
+    /// admitted: the window slides forward slot by slot; within a slot the interpolated
+    /// count falls linearly, so the crossing point is solved exactly (rounded up to the ns).
+    fn admissible_at(&self, rule: &Rule, view: &View, cost: u64) -> u64 {
+        let room = rule.max.saturating_sub(cost);
+        let p = u128::from(rule.precision);
+        let mut whole = view.current + view.full;
+        let mut oldest = view.oldest;
+        for slot in view.slot..=view.slot + rule.slots + 1 {
+            if slot > view.slot {
+                // The slot that was oldest has left; the next one becomes the oldest.
+                let leaving = self.units_in(rule, view, slot - rule.slots);
+                whole = whole.saturating_sub(leaving);
+                oldest = leaving;
+            }
+            let from = if slot == view.slot { view.elapsed } else { 0 };
+            if whole > room {
+                continue;
+            }
+            if rule.strict || oldest == 0 {
+                if whole + oldest <= room || oldest == 0 {
+                    return rule.time_of(slot, from);
+                }
+                continue;
+            }
+            // Need whole·p + oldest·(p − e) ≤ room·p, i.e. e ≥ (whole + oldest − room)·p / oldest.
+            let excess = u128::from((whole + oldest).saturating_sub(room));
+            let need = u64::try_from((excess * p).div_ceil(u128::from(oldest))).unwrap_or(u64::MAX);
+            let at = need.max(from);
+            if at < rule.precision {
+                return rule.time_of(slot, at);
+            }
+        }
+        rule.time_of(view.slot + rule.slots + 1, 0)
+    }
+
+    /// Room left for a cost-0 look at `now` (used for refusals that never consult windows).
+    pub(crate) fn room(&self, policy: &Policy, now: u64) -> u64 {
+        match self.check(policy, now, 0, false) {
+            Outcome::Decided(d) => d.remaining,
+            Outcome::Expired => policy.fresh(0).remaining,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: u64 = 1_000_000_000;
+
+    fn decided(o: Outcome) -> Decision {
+        match o {
+            Outcome::Decided(d) => d,
+            Outcome::Expired => panic!("unexpected expiry"),
+        }
+    }
+
+    #[test]
+    fn two_bucket_example_from_the_seed_article() {
+        // 500/min in one 60 s slot; 400 in the previous minute, 250 so far in this one;
+        // 45 s into this minute the estimate is 250 + 400 × 15/60 = 350: allowed, 149 left.
+        let limit = Limit::per_minute(500).precision(Duration::from_secs(60));
+        let policy = Policy::new(&[limit]).unwrap_or_else(|e| panic!("{e}"));
+        let state = KeyState::new(&policy, 0);
+        assert!(decided(state.check(&policy, 10 * S, 400, true)).is_allowed());
+        assert!(decided(state.check(&policy, 104 * S, 250, true)).is_allowed());
+        let d = decided(state.check(&policy, 105 * S, 1, true));
+        assert!(d.is_allowed());
+        assert_eq!(d.remaining(), 149);
+    }
+
+    #[test]
+    fn history_survives_a_jump_longer_than_the_ring() {
+        let policy = Policy::new(&[Limit::per_second(3), Limit::per_minute(5)]).unwrap_or_else(|e| panic!("{e}"));
+        let state = KeyState::new(&policy, 0);
+        for _ in 0..3 {
+            assert!(decided(state.check(&policy, 0, 1, true)).is_allowed());
+        }
+        assert!(!decided(state.check(&policy, 0, 1, true)).is_allowed());
+        // 10 s later the 1 s limit is empty but the minute still holds 3.
+        let d = decided(state.check(&policy, 10 * S, 2, true));
+        assert!(d.is_allowed());
+        assert_eq!(d.remaining(), 0);
+        let d = decided(state.check(&policy, 10 * S, 1, true));
+        assert_eq!(d.denial(), Some(Denial::Limit(1)));
+        // The first 3 units leave the minute window at 61 s (strictly: when slot 0 is gone).
+        // Slot 0's 3 units become the oldest slot at 60 s and fade linearly: 2 + 3·(1 − f) ≤ 4
+        // from f = 1/3, i.e. 60.333333334 s (rounded up to the ns), 50.333333334 s from now.
+        assert_eq!(d.retry_after(), Some(Duration::from_nanos(50_333_333_334)));
+    }
+
+    #[test]
+    fn expired_state_asks_for_a_reset() {
+        let policy = Policy::new(&[Limit::per_second(1)]).unwrap_or_else(|e| panic!("{e}"));
+        let state = KeyState::new(&policy, 0);
+        assert!(decided(state.check(&policy, 0, 1, true)).is_allowed());
+        assert!(!state.is_expired(&policy, S));
+        assert!(state.is_expired(&policy, 2 * S));
+        assert_eq!(state.check(&policy, 2 * S, 1, true), Outcome::Expired);
+        assert!(decided(state.check(&policy, 2 * S, 1, false)).is_allowed());
+    }
+}
