@@ -33,7 +33,8 @@ pub enum Denial {
 /// let d = limiter.check(&7);
 /// assert!(!d.is_allowed());
 /// assert_eq!(d.denial(), Some(Denial::Limit(0)));
-/// assert_eq!(d.retry_after(), Some(Duration::from_millis(500)));
+/// // The two units of slot [0 s, 1 s) weigh 2 × (1 − f) in the next slot: ≤ 1 from f = ½.
+/// assert_eq!(d.retry_after(), Some(Duration::from_millis(1500)));
 /// # Ok::<(), slidegate::ConfigError>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -78,12 +78,7 @@ impl Limit {
     /// assert_eq!(l.get_precision(), Duration::from_secs(15));
     /// ```
     pub fn new(max: u64, window: Duration) -> Limit {
-        Limit {
-            max,
-            window,
-            precision: default_precision(window),
-            accuracy: Accuracy::Interpolated,
-        }
+        Limit { max, window, precision: default_precision(window), accuracy: Accuracy::Interpolated }
     }
 
     /// At most `max` units per second (one 1-second slot).
@@ -305,9 +300,8 @@ impl FromStr for Limit {
             Some(_) => return Err(fail("write ' strict' after the limit, separated by a space")),
             None => (text, false),
         };
-        let (max, rest) = text
-            .split_once('/')
-            .ok_or_else(|| fail("expected MAX/WINDOW, e.g. \"120/min\""))?;
+        let (max, rest) =
+            text.split_once('/').ok_or_else(|| fail("expected MAX/WINDOW, e.g. \"120/min\""))?;
         let max: u64 = max
             .trim()
             .parse()
@@ -375,7 +369,10 @@ mod tests {
             ("240/h", Limit::per_hour(240)),
             ("500/15min", Limit::new(500, Duration::from_secs(900))),
             ("240/h@1min", Limit::per_hour(240).precision(Duration::from_secs(60))),
-            (" 5 / 10 s @ 5s strict ", Limit::new(5, Duration::from_secs(10)).precision(Duration::from_secs(5)).strict()),
+            (
+                " 5 / 10 s @ 5s strict ",
+                Limit::new(5, Duration::from_secs(10)).precision(Duration::from_secs(5)).strict(),
+            ),
             ("3/250ms", Limit::new(3, Duration::from_millis(250))),
             ("1/d", Limit::new(1, Duration::from_secs(86_400))),
         ];
@@ -386,7 +383,9 @@ mod tests {
 
     #[test]
     fn display_round_trips() {
-        for text in ["10/s", "120/min", "240/h", "500/15min", "240/h@10min", "60/min strict", "3/250ms", "2/90s@45s"] {
+        for text in
+            ["10/s", "120/min", "240/h", "500/15min", "240/h@10min", "60/min strict", "3/250ms", "2/90s@45s"]
+        {
             let l: Limit = text.parse().unwrap_or_else(|e| panic!("{text}: {e}"));
             assert_eq!(l.to_string().parse::<Limit>(), Ok(l), "{text} -> {l}");
         }
@@ -396,7 +395,18 @@ mod tests {
 
     #[test]
     fn rejects_bad_strings_with_a_reason() {
-        for text in ["", "10", "10/", "/s", "x/s", "10/parsec", "10/s@", "10/sstrict", "99999999999999999999/s", "10/99999999999999999999d"] {
+        for text in [
+            "",
+            "10",
+            "10/",
+            "/s",
+            "x/s",
+            "10/parsec",
+            "10/s@",
+            "10/sstrict",
+            "99999999999999999999/s",
+            "10/99999999999999999999d",
+        ] {
             match text.parse::<Limit>() {
                 Err(e) => assert!(!e.to_string().is_empty()),
                 Ok(l) => panic!("{text:?} parsed as {l:?}"),

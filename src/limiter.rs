@@ -63,10 +63,14 @@ struct Shared<K> {
 /// }
 /// let refused = limiter.check("user_a");
 /// assert!(!refused.is_allowed());
-/// assert_eq!(refused.retry_after(), Some(Duration::from_secs(1)));
+/// // Interpolated: one second later the old slot still weighs 10 × (1 − f); one more
+/// // request fits once that is ≤ 9, at f = 0.1.
+/// assert_eq!(refused.retry_after(), Some(Duration::from_millis(1100)));
 /// assert!(limiter.check("user_b").is_allowed()); // keys are independent
 ///
-/// clock.advance(Duration::from_secs(1));
+/// clock.advance(Duration::from_millis(1099));
+/// assert!(!limiter.check("user_a").is_allowed());
+/// clock.advance(Duration::from_millis(1));
 /// assert!(limiter.check("user_a").is_allowed());
 /// # Ok::<(), slidegate::ConfigError>(())
 /// ```
@@ -191,7 +195,12 @@ where
                 // Relaxed: `live` is a counter; the shard lock orders the map itself.
                 if shared.live.fetch_add(1, Ordering::Relaxed) >= shared.max_keys {
                     shared.live.fetch_sub(1, Ordering::Relaxed);
-                    return Decision { denial: Some(Denial::TooManyKeys), remaining: 0, retry_after: None, tightest: 0 };
+                    return Decision {
+                        denial: Some(Denial::TooManyKeys),
+                        remaining: 0,
+                        retry_after: None,
+                        tightest: 0,
+                    };
                 }
                 let state = KeyState::new(policy, now);
                 let decision = match state.check(policy, now, cost, true) {
@@ -496,7 +505,8 @@ where
             Some(interval) => interval,
             None => self.limits.iter().map(Limit::window).min().unwrap_or(Duration::from_secs(1)),
         };
-        let spawn_error = |thread| move |e: std::io::Error| ConfigError::ThreadSpawn { thread, reason: e.to_string() };
+        let spawn_error =
+            |thread| move |e: std::io::Error| ConfigError::ThreadSpawn { thread, reason: e.to_string() };
         let (now, ticker) = match &self.clock {
             Some(clock) => (clock.source(), None),
             None => {

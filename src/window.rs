@@ -141,11 +141,8 @@ impl Policy {
             // validate() bounds slots by MAX_SLOTS, so this cannot overflow.
             at += 2 + slots as usize;
         }
-        let expiry = rules
-            .iter()
-            .map(|r| nanos(r.limit.window()).saturating_add(r.precision))
-            .max()
-            .unwrap_or(0);
+        let expiry =
+            rules.iter().map(|r| nanos(r.limit.window()).saturating_add(r.precision)).max().unwrap_or(0);
         for r in &rules {
             if expiry / r.precision + 1 >= 1 << 31 {
                 return Err(ConfigError::SpanTooWide {
@@ -350,40 +347,44 @@ impl KeyState {
         if expired {
             return View { slot, elapsed, seen, expired, ..View::default() };
         }
-        let (tag, count) = (tag_of(seen), count_of(seen));
-        'adopt: loop {
-            let behind = tag_distance(slot as u32, tag);
-            if behind < 0 {
+        loop {
+            match self.view_at(rule, slot, elapsed, seen) {
+                Ok(view) => return view,
                 // Another thread already works in a later slot: time is at least there.
-                slot += behind.unsigned_abs();
-                elapsed = 0;
-                continue 'adopt;
+                Err(later) => (slot, elapsed) = (later, 0),
             }
-            let tag_slot = slot - behind as u64;
-            let (current, closing) = if behind == 0 { (count, None) } else { (0, Some((tag_slot, count))) };
-            let mut view = View { slot, elapsed, seen, current, closing, ..View::default() };
-            for i in slot - rule.slots..slot {
-                let units = match closing {
-                    Some((closed, units)) if i == closed => units,
-                    Some((closed, _)) if i > closed => 0,
-                    _ => match self.hist(rule, i) {
-                        Hist::Count(units) => units,
-                        Hist::Newer(newer) => {
-                            // A jump to a later slot is being written: adopt it.
-                            slot = newer + 1;
-                            elapsed = 0;
-                            continue 'adopt;
-                        }
-                    },
-                };
-                if i == slot - rule.slots {
-                    view.oldest = units;
-                } else {
-                    view.full += units;
-                }
-            }
-            return view;
         }
+    }
+
+    /// The view at `slot` given the loaded `cur` word, or the later slot to adopt instead
+    /// when `cur` or the ring shows that time has already moved past `slot`.
+    fn view_at(&self, rule: &Rule, slot: u64, elapsed: u64, seen: u64) -> Result<View, u64> {
+        let behind = tag_distance(slot as u32, tag_of(seen));
+        if behind < 0 {
+            return Err(slot + behind.unsigned_abs());
+        }
+        let count = count_of(seen);
+        let (current, closing) =
+            if behind == 0 { (count, None) } else { (0, Some((slot - behind as u64, count))) };
+        let mut view = View { slot, elapsed, seen, current, closing, ..View::default() };
+        let oldest = slot - rule.slots;
+        for i in oldest..slot {
+            let units = match closing {
+                Some((closed, units)) if i == closed => units,
+                Some((closed, _)) if i > closed => 0,
+                _ => match self.hist(rule, i) {
+                    Hist::Count(units) => units,
+                    // A jump past this slot is being written: adopt it.
+                    Hist::Newer(newer) => return Err(newer + 1),
+                },
+            };
+            if i == oldest {
+                view.oldest = units;
+            } else {
+                view.full += units;
+            }
+        }
+        Ok(view)
     }
 
     #[inline]
@@ -430,9 +431,7 @@ impl KeyState {
         let next = pack(view.slot, view.current + cost);
         // Release pairs with the Acquire load in `view`: the history written just above
         // happens-before any view that sees `next` (or a later value in its release sequence).
-        self.word(rule.at)
-            .compare_exchange(view.seen, next, Ordering::Release, Ordering::Relaxed)
-            .is_ok()
+        self.word(rule.at).compare_exchange(view.seen, next, Ordering::Release, Ordering::Relaxed).is_ok()
     }
 
     /// Stores `word` in a ring position unless the position already holds a newer slot, or
@@ -570,7 +569,8 @@ mod tests {
 
     #[test]
     fn history_survives_a_jump_longer_than_the_ring() {
-        let policy = Policy::new(&[Limit::per_second(3), Limit::per_minute(5)]).unwrap_or_else(|e| panic!("{e}"));
+        let policy =
+            Policy::new(&[Limit::per_second(3), Limit::per_minute(5)]).unwrap_or_else(|e| panic!("{e}"));
         let state = KeyState::new(&policy, 0);
         for _ in 0..3 {
             assert!(decided(state.check(&policy, 0, 1, true)).is_allowed());
@@ -586,6 +586,27 @@ mod tests {
         // Slot 0's 3 units become the oldest slot at 60 s and fade linearly: 2 + 3·(1 − f) ≤ 4
         // from f = 1/3, i.e. 60.333333334 s (rounded up to the ns), 50.333333334 s from now.
         assert_eq!(d.retry_after(), Some(Duration::from_nanos(50_333_333_334)));
+    }
+
+    /// The interpolated estimate's worst case, as the README states it: a slot's budget at
+    /// its very end, then a burst one window later, puts close to (never) 2 × max into one
+    /// window. Strict admits exactly max on the same pattern.
+    #[test]
+    fn interpolated_excess_stays_below_twice_max_and_strict_has_none() {
+        const MS: u64 = 1_000_000;
+        for (limit, want) in [(Limit::per_second(10), 19), (Limit::per_second(10).strict(), 10)] {
+            let policy = Policy::new(&[limit]).unwrap_or_else(|e| panic!("{e}"));
+            let state = KeyState::new(&policy, 0);
+            let mut admitted = 0;
+            for now in [999 * MS, 1998 * MS] {
+                for _ in 0..20 {
+                    admitted += u64::from(decided(state.check(&policy, now, 1, true)).is_allowed());
+                }
+            }
+            // Every admitted unit lies in (0.998 s, 1.998 s], one window.
+            assert_eq!(admitted, want, "{limit}");
+            assert!(admitted < 2 * limit.max());
+        }
     }
 
     #[test]
