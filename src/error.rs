@@ -69,8 +69,9 @@ pub enum ConfigError {
         /// The most slots allowed.
         most: u64,
     },
-    /// The longest window spans more than 2^31 slots of `limit`, the finest one: the 32-bit
-    /// slot tags could then not tell an idle key's old slots from new ones.
+    /// The longest window spans more than 2^30 slots of `limit`: the 32-bit slot tags
+    /// (compared within 2^31 slots, with a 2^30 margin for stale readers) could then not
+    /// tell an idle key's old slots from new ones.
     SpanTooWide {
         /// The limit with the finest precision.
         limit: Limit,
@@ -140,7 +141,7 @@ impl fmt::Display for ConfigError {
             ),
             ConfigError::SpanTooWide { limit, longest_window } => write!(
                 f,
-                "limit {limit}: the longest window ({longest_window:?}) spans more than 2^31 of its \
+                "limit {limit}: the longest window ({longest_window:?}) spans more than 2^30 of its \
                  {:?} slots; use a coarser precision",
                 limit.get_precision()
             ),

@@ -144,7 +144,7 @@ impl Policy {
         let expiry =
             rules.iter().map(|r| nanos(r.limit.window()).saturating_add(r.precision)).max().unwrap_or(0);
         for r in &rules {
-            if expiry / r.precision + 1 >= 1 << 31 {
+            if expiry / r.precision + 1 >= 1 << 30 {
                 return Err(ConfigError::SpanTooWide {
                     limit: r.limit,
                     longest_window: Duration::from_nanos(expiry.saturating_sub(r.precision)),
@@ -298,7 +298,8 @@ impl KeyState {
         let rules = &policy.rules[..];
         let mut views = [View::default(); MAX_LIMITS];
         'attempt: loop {
-            let expired = self.is_expired(policy, now);
+            let touched = self.word(TOUCHED).load(Ordering::Relaxed);
+            let expired = now.saturating_sub(touched) >= policy.expiry;
             if expired && commit && cost > 0 {
                 return Outcome::Expired;
             }
@@ -310,12 +311,10 @@ impl KeyState {
             if !admits || !commit || cost == 0 {
                 return Outcome::Decided(self.decide(policy, &views, now, cost, admits));
             }
-            let mut moved = false;
             for (j, rule) in rules.iter().enumerate() {
                 loop {
                     let view = &mut views[j];
                     if self.commit(rule, view, cost) {
-                        moved |= view.closing.is_some();
                         break;
                     }
                     *view = self.view(rule, now, false);
@@ -327,13 +326,18 @@ impl KeyState {
                     }
                 }
             }
-            if moved {
+            // `touched` must not be older than the start of any slot that holds units (that
+            // is what makes expiry and eviction safe). That changes once per slot boundary,
+            // not per check. A view may have adopted a slot later than `now`: cover it too.
+            let views = &views[..rules.len()];
+            if rules.iter().zip(views).any(|(r, v)| r.time_of(v.slot, 0) > touched) {
+                let used = rules.iter().zip(views).map(|(r, v)| r.time_of(v.slot, v.elapsed));
                 // Relaxed: `touched` is read by `is_expired`, either under the shard write
                 // lock (which orders it after this check) or as a hint that is re-checked
                 // under that lock before anything is reset.
-                self.word(TOUCHED).fetch_max(now, Ordering::Relaxed);
+                self.word(TOUCHED).fetch_max(used.fold(now, u64::max), Ordering::Relaxed);
             }
-            return Outcome::Decided(self.decide(policy, &views, now, cost, true));
+            return Outcome::Decided(self.decide(policy, views, now, cost, true));
         }
     }
 
