@@ -64,3 +64,20 @@ pub mod model {
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shareable<T: Send + Sync + 'static>() {}
+
+    #[test]
+    fn the_public_types_cross_threads() {
+        shareable::<Limiter<String>>();
+        shareable::<Limiter<(std::net::IpAddr, u16)>>();
+        shareable::<Decision>();
+        shareable::<Limit>();
+        shareable::<ManualClock>();
+        shareable::<ConfigError>();
+    }
+}
