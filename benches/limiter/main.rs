@@ -5,6 +5,9 @@
 //! README's table time the same loops. Threaded cases use `iter_custom` and report the wall
 //! time per check per thread.
 
+// criterion_group! generates an undocumented `pub fn`.
+#![allow(missing_docs)]
+
 use criterion::{criterion_group, criterion_main};
 
 mod single_thread;

@@ -107,7 +107,9 @@ impl Governor {
         };
         let limiters = quotas
             .into_iter()
-            .map(|q| RateLimiter::dashmap_with_clock_and_hasher(q, governor_clock(), ahash::RandomState::new()))
+            .map(|q| {
+                RateLimiter::dashmap_with_clock_and_hasher(q, governor_clock(), ahash::RandomState::new())
+            })
             .collect();
         Governor(limiters)
     }

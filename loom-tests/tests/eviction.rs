@@ -1,0 +1,231 @@
+//! Loom models of expiry, reset and eviction (`KeyState::is_expired`/`reset`, and
+//! `Limiter::check_n`, `insert` and `Shared::sweep` in limiter.rs): a check runs under the
+//! shard's read lock; an expired key is reset, and an idle key removed, only under the write
+//! lock after re-checking `is_expired`. One shard holding one key is modelled as
+//! `RwLock<Option<KeyState>>`, and the limiter's code paths are copied step for step.
+//! The property: a unit a check admitted is never dropped while it is still inside its
+//! window as of the sweeper's clock, and a reset never throws away another check's unit.
+//!
+//! Run (from the workspace root):
+//! `RUSTFLAGS="--cfg slidegate_loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom cargo test --release -p slidegate-loom-tests`
+#![cfg(slidegate_loom)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use loom::sync::{Arc, RwLock};
+use loom::thread;
+use slidegate::model::{KeyState, Outcome, Policy};
+use slidegate::{Decision, Limit};
+use slidegate_loom_tests::{decided, policy, take, units, Reached, MS, S};
+
+/// One map shard holding (or not) the one key of the model.
+type Shard = RwLock<Option<KeyState>>;
+
+/// `Limiter::check_n` (cost within every max) followed by `Limiter::insert`, on one shard.
+fn check_n(shard: &Shard, policy: &Policy, now: u64, cost: u64) -> Decision {
+    loop {
+        // `map.get`: the read guard.
+        let guard = shard.read().unwrap();
+        let Some(state) = guard.as_ref() else { break };
+        if let Outcome::Decided(decision) = state.check(policy, now, cost, true) {
+            return decision;
+        }
+        drop(guard);
+        // Expired: `map.get_mut`, re-check, reset, and check again.
+        if let Some(state) = shard.write().unwrap().as_ref() {
+            if state.is_expired(policy, now) {
+                state.reset(policy, now);
+            }
+        }
+    }
+    // `insert`: `map.entry` holds the write lock throughout.
+    let mut guard = shard.write().unwrap();
+    match guard.as_ref() {
+        Some(state) => {
+            if state.is_expired(policy, now) {
+                state.reset(policy, now);
+            }
+            // The limiter answers `Expired` here with an uncounted admission; under the
+            // write lock, right after the re-check, it must be unreachable.
+            decided(state.check(policy, now, cost, true))
+        }
+        None => {
+            let state = KeyState::new(policy, now);
+            let decision = decided(state.check(policy, now, cost, true));
+            *guard = Some(state);
+            decision
+        }
+    }
+}
+
+/// `Shared::sweep` for the one key: an `is_expired` hint under the read lock (`map.iter`),
+/// then `remove_if` re-checking under the write lock. `true` if it evicted the key.
+fn sweep(shard: &Shard, policy: &Policy, now: u64) -> bool {
+    let hint = shard.read().unwrap().as_ref().is_some_and(|s| s.is_expired(policy, now));
+    if !hint {
+        return false;
+    }
+    let mut guard = shard.write().unwrap();
+    if guard.as_ref().is_some_and(|s| s.is_expired(policy, now)) {
+        *guard = None;
+        return true;
+    }
+    false
+}
+
+/// A shard holding a key created at 0 with `prior` units taken at the given times.
+fn prepared(policy: &Policy, prior: &[u64]) -> Arc<Shard> {
+    let state = KeyState::new(policy, 0);
+    for &at in prior {
+        assert!(take(&state, policy, at, 1).is_allowed());
+    }
+    Arc::new(RwLock::new(Some(state)))
+}
+
+/// Runs a check at `check_at` against a sweep at `sweep_at`; returns the check's decision
+/// and whether the sweep evicted the key.
+fn check_vs_sweep(shard: &Arc<Shard>, policy: &Policy, check_at: u64, sweep_at: u64) -> (Decision, bool) {
+    let checker = {
+        let (shard, policy) = (Arc::clone(shard), policy.clone());
+        thread::spawn(move || check_n(&shard, &policy, check_at, 1))
+    };
+    let sweeper = {
+        let (shard, policy) = (Arc::clone(shard), policy.clone());
+        thread::spawn(move || sweep(&shard, &policy, sweep_at))
+    };
+    (checker.join().unwrap(), sweeper.join().unwrap())
+}
+
+/// Units the key holds at `now` for the single limit `limit`; panics if the key is gone.
+fn held(shard: &Shard, limit: Limit, now: u64) -> u64 {
+    let guard = shard.read().unwrap();
+    let state = guard.as_ref().expect("the key was evicted although a check counted a unit in it");
+    units(state, &[limit], 0, now)
+}
+
+/// 2/s (1 s slots, expiry 2 s), full at 0. At 2 s the key is expired: the check must reset
+/// it (or re-insert it, if the sweep removed it first) and count its unit exactly once.
+#[test]
+fn eviction_races_a_check() {
+    static REACHED: Reached<bool> = Reached::new();
+    loom::model(|| {
+        let limit = Limit::per_second(2);
+        let policy = policy(&[limit]);
+        let shard = prepared(&policy, &[0, 0]);
+        let (d, evicted) = check_vs_sweep(&shard, &policy, 2 * S, 2 * S);
+        assert!(d.is_allowed());
+        assert_eq!(d.remaining(), 1, "the units of 0 s must not count at 2 s");
+        // Present, holding exactly the new unit (a lost count reads 0, a double one 2).
+        assert_eq!(held(&shard, limit, 2 * S), 1);
+        REACHED.record(evicted, &[false, true]);
+    });
+    REACHED.assert_all(&[false, true]);
+}
+
+/// As above, but the sweeper's clock says 1.5 s: the key is not expired then (its units
+/// are in the window until 2 s), so it must never be evicted, whatever the check does.
+#[test]
+fn sweep_before_expiry_keeps_the_key() {
+    loom::model(|| {
+        let limit = Limit::per_second(2);
+        let policy = policy(&[limit]);
+        let shard = prepared(&policy, &[0, 0]);
+        let (d, evicted) = check_vs_sweep(&shard, &policy, 2 * S, 1500 * MS);
+        assert!(!evicted, "evicted a key that still held units at the sweeper's time");
+        assert!(d.is_allowed());
+        assert_eq!(held(&shard, limit, 2 * S), 1);
+    });
+}
+
+/// 2/s strict (expiry 2 s), one unit at 0.9 s in slot [0 s, 1 s), which leaves `touched` at
+/// the slot's start, 0. The check at 1.9 s is not expired and counts in [1 s, 2 s) (strict:
+/// the 0.9 s unit still counts, 0 left). The sweeper's clock is later, 2.5 s: the key is
+/// expired as of then (the 0.9 s unit has left every window), so evicting it *before* the
+/// check is legal and the check then starts a fresh key (1 left). But once the check has
+/// counted, its unit is inside the window as of 2.5 s and must survive the sweep: the
+/// check raised `touched` to 1.9 s before releasing its read lock.
+#[test]
+fn check_races_a_sweep_with_a_later_clock() {
+    static REACHED: Reached<bool> = Reached::new();
+    loom::model(|| {
+        let limit = Limit::per_second(2).strict();
+        let policy = policy(&[limit]);
+        let shard = prepared(&policy, &[900 * MS]);
+        let (d, evicted) = check_vs_sweep(&shard, &policy, 1900 * MS, 2500 * MS);
+        assert!(d.is_allowed());
+        assert_eq!(d.remaining(), u64::from(evicted), "{d:?} evicted: {evicted}");
+        // The check's unit, and nothing else, is in the window as of the sweeper's clock.
+        assert_eq!(held(&shard, limit, 2500 * MS), 1);
+        // As of the check's clock the old unit is still there unless it was evicted.
+        assert_eq!(held(&shard, limit, 1900 * MS), 2 - u64::from(evicted));
+        REACHED.record(evicted, &[false, true]);
+    });
+    REACHED.assert_all(&[false, true]);
+}
+
+/// Two checks at 2 s on the expired key: both get `Outcome::Expired`, both take the write
+/// lock; the second must see the first's reset (not expired any more) and not reset again,
+/// or it would wipe a unit the first may already have counted. 3/s so that a lost unit
+/// (1), a double count (3) and the right answer (2) all read differently.
+#[test]
+fn two_checks_reset_an_expired_key() {
+    loom::model(|| {
+        let limit = Limit::per_second(3);
+        let policy = policy(&[limit]);
+        let shard = prepared(&policy, &[0, 0, 0]);
+        let spawn = || {
+            let (shard, policy) = (Arc::clone(&shard), policy.clone());
+            thread::spawn(move || check_n(&shard, &policy, 2 * S, 1))
+        };
+        let (a, b) = (spawn(), spawn());
+        let (a, b) = (a.join().unwrap(), b.join().unwrap());
+        assert!(a.is_allowed() && b.is_allowed());
+        let mut left = [a.remaining(), b.remaining()];
+        left.sort_unstable();
+        assert_eq!(left, [1, 2]);
+        assert_eq!(held(&shard, limit, 2 * S), 2);
+    });
+}
+
+/// The expiry test in `check` reads `touched` without the lock, so it is only a hint: X at
+/// 1.9 s counts a unit (raising `touched` to 1.9 s) while Y at 2.5 s, on a key last touched
+/// at 0, may still read `touched` = 0 and report `Expired`. Y must then re-check under the
+/// write lock and, finding X's unit, not reset: both units count as of 2.5 s. (If Y resets
+/// first, X adopts Y's later slot, which also keeps both.)
+#[test]
+fn stale_expiry_hint_is_rechecked() {
+    loom::model(|| {
+        let limit = Limit::per_second(3).strict();
+        let policy = policy(&[limit]);
+        let shard = prepared(&policy, &[900 * MS]);
+        let spawn = |now| {
+            let (shard, policy) = (Arc::clone(&shard), policy.clone());
+            thread::spawn(move || check_n(&shard, &policy, now, 1))
+        };
+        let (x, y) = (spawn(1900 * MS), spawn(2500 * MS));
+        let (x, y) = (x.join().unwrap(), y.join().unwrap());
+        assert!(x.is_allowed() && y.is_allowed());
+        assert_eq!(held(&shard, limit, 2500 * MS), 2, "X {x:?} Y {y:?}");
+    });
+}
+
+/// Two checks on an absent key (never seen, or evicted): both miss under the read lock and
+/// go to `insert`; the second to take the write lock finds the first's fresh key occupied
+/// and must count into it, not reset it (it is not expired) nor replace it.
+#[test]
+fn two_checks_insert_the_same_key() {
+    loom::model(|| {
+        let limit = Limit::per_second(3);
+        let policy = policy(&[limit]);
+        let shard: Arc<Shard> = Arc::new(RwLock::new(None));
+        let spawn = || {
+            let (shard, policy) = (Arc::clone(&shard), policy.clone());
+            thread::spawn(move || check_n(&shard, &policy, S, 1))
+        };
+        let (a, b) = (spawn(), spawn());
+        let (a, b) = (a.join().unwrap(), b.join().unwrap());
+        let mut left = [a.remaining(), b.remaining()];
+        left.sort_unstable();
+        assert_eq!(left, [1, 2], "A {a:?} B {b:?}");
+        assert_eq!(held(&shard, limit, S), 2);
+    });
+}
