@@ -40,6 +40,7 @@
 mod background;
 mod clock;
 mod decision;
+mod divisor;
 mod error;
 mod limit;
 mod limiter;

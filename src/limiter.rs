@@ -22,7 +22,7 @@ use dashmap::DashMap;
 
 use crate::background::Periodic;
 use crate::clock::{start_coarse_clock, ManualClock, Now};
-use crate::decision::{Decision, Denial};
+use crate::decision::Decision;
 use crate::error::ConfigError;
 use crate::limit::Limit;
 use crate::window::{KeyState, Outcome, Policy};
@@ -195,12 +195,7 @@ where
                 // Relaxed: `live` is a counter; the shard lock orders the map itself.
                 if shared.live.fetch_add(1, Ordering::Relaxed) >= shared.max_keys {
                     shared.live.fetch_sub(1, Ordering::Relaxed);
-                    return Decision {
-                        denial: Some(Denial::TooManyKeys),
-                        remaining: 0,
-                        retry_after: None,
-                        tightest: 0,
-                    };
+                    return Decision::too_many_keys();
                 }
                 let state = KeyState::new(policy, now);
                 let decision = match state.check(policy, now, cost, true) {
@@ -214,7 +209,9 @@ where
     }
 
     /// Would a request of cost 1 be admitted now? Consumes nothing and inserts no key;
-    /// `remaining()` is what it would be if the request were admitted.
+    /// `remaining()` is what it would be if the request were admitted. For a key not held
+    /// while the table is at `max_keys`, the answer is [`Denial::TooManyKeys`], as a check
+    /// would be.
     ///
     /// ```
     /// use slidegate::{Limit, Limiter};
@@ -235,6 +232,8 @@ where
                 Outcome::Decided(decision) => decision,
                 Outcome::Expired => shared.policy.fresh(1),
             },
+            // A new key would be refused while the table is full (until a sweep frees room).
+            None if shared.live.load(Ordering::Relaxed) >= shared.max_keys => Decision::too_many_keys(),
             None => shared.policy.fresh(1),
         }
     }
