@@ -38,6 +38,7 @@
 #![warn(missing_docs)]
 
 mod background;
+mod cache;
 mod clock;
 mod decision;
 mod divisor;

@@ -42,6 +42,8 @@ use crate::decision::Decision;
 use crate::divisor::Divisor;
 use crate::error::ConfigError;
 use crate::limit::{Accuracy, Limit};
+use std::sync::Arc;
+
 use crate::sync::{AtomicU64, Ordering};
 
 /// The most limits one limiter may apply together (views live on the stack).
@@ -147,7 +149,8 @@ impl Policy {
             let slots = limit.slots();
             // validate() bounds slots by MAX_SLOTS, so none of this can overflow.
             let ring_at = at + 1 + usize::from(slots > 1);
-            let (Some(by_precision), Some(by_ring)) = (Divisor::new(precision), Divisor::new(slots + 1)) else {
+            let (Some(by_precision), Some(by_ring)) = (Divisor::new(precision), Divisor::new(slots + 1))
+            else {
                 return Err(ConfigError::ZeroPrecision { limit: *limit });
             };
             rules.push(Rule {
@@ -296,21 +299,29 @@ enum Hist {
 pub enum Outcome {
     /// The decision, already applied to the state if it admitted and was not a peek.
     Decided(Decision),
-    /// The key is expired and the check wants to count: reset it under exclusive access
-    /// ([`KeyState::reset`]) and check again.
+    /// The key is expired and the check wants to count: replace it with a fresh state
+    /// under the map's write lock ([`KeyState::retire`]) and check again.
     Expired,
+    /// The state was retired (evicted, reset or replaced): look the key up again. Whatever
+    /// this check wrote into it is discarded with it.
+    Retired,
 }
 
-/// One key's counters for every limit of a [`Policy`].
-#[derive(Debug)]
+/// `touched` of a retired state: later than any time, so it never looks expired, and
+/// recognisable by every check that still holds the state.
+const RETIRED: u64 = u64::MAX;
+
+/// One key's counters for every limit of a [`Policy`]. Clones share the counters: the map
+/// holds one, and threads that check the key often hold others (see `cache.rs`).
+#[derive(Debug, Clone)]
 pub struct KeyState {
-    words: Box<[AtomicU64]>,
+    words: Arc<[AtomicU64]>,
 }
 
 impl KeyState {
     /// Fresh state: every window empty, as of `now` (ns).
     pub fn new(policy: &Policy, now: u64) -> KeyState {
-        let words: Box<[AtomicU64]> = (0..policy.words).map(|_| AtomicU64::new(0)).collect();
+        let words: Arc<[AtomicU64]> = (0..policy.words).map(|_| AtomicU64::new(0)).collect();
         let state = KeyState { words };
         state.reset(policy, now);
         state
@@ -321,11 +332,10 @@ impl KeyState {
         &self.words[index]
     }
 
-    /// Rewrites the state as fresh at `now`. Only for a caller with exclusive access
-    /// (construction, or the map's shard write lock), hence `Relaxed`: the lock's release
-    /// publishes these stores.
-    pub fn reset(&self, policy: &Policy, now: u64) {
-        self.word(TOUCHED).store(now, Ordering::Relaxed);
+    /// Writes the state as fresh at `now`. Only for construction, before the state is
+    /// shared, hence `Relaxed`: whatever shares it (the map's lock) publishes these stores.
+    fn reset(&self, policy: &Policy, now: u64) {
+        self.word(TOUCHED).store(now.min(RETIRED - 1), Ordering::Relaxed);
         for rule in policy.rules.iter() {
             let (slot, _) = rule.slot_of(now);
             self.word(rule.at).store(pack(slot, 0), Ordering::Relaxed);
@@ -341,7 +351,46 @@ impl KeyState {
     /// `true` when no window of the key holds any count at `now`: the state equals a fresh
     /// one, so dropping it changes no decision.
     pub fn is_expired(&self, policy: &Policy, now: u64) -> bool {
+        // Relaxed: a hint; `retire` decides with a CAS. A retired state is never expired.
         now.saturating_sub(self.word(TOUCHED).load(Ordering::Relaxed)) >= policy.expiry
+    }
+
+    /// Retires the state if it is expired at `now`, so that it can be dropped from the map
+    /// (or replaced) while checks may still hold it: `true` if it is retired now.
+    ///
+    /// A check that commits into the state reads `touched` after its commit and starts over
+    /// on the map if it finds the state retired, so no admission is lost, with one
+    /// exception that changes no decision: if the check's own clock is so far behind that
+    /// its units fall outside every window at the sweeper's `now`, the retirement may win.
+    /// SeqCst here, on the check's `fetch_max` of `touched` and on its final load: either
+    /// this CAS comes first in their single total order and the check's load sees
+    /// `RETIRED`, or it comes later and finds `touched` raised past the check's slot, so it
+    /// fails (unless that slot is expired at `now`, the exception above).
+    pub fn retire(&self, policy: &Policy, now: u64) -> bool {
+        let touched = self.word(TOUCHED).load(Ordering::Relaxed);
+        now.saturating_sub(touched) >= policy.expiry
+            && self
+                .word(TOUCHED)
+                .compare_exchange(touched, RETIRED, Ordering::SeqCst, Ordering::Relaxed)
+                .is_ok()
+    }
+
+    /// Retires the state whatever it holds (an explicit reset of the key): checks that still
+    /// hold it start over on the map. SeqCst: as in [`retire`](Self::retire).
+    pub fn retire_now(&self) {
+        self.word(TOUCHED).store(RETIRED, Ordering::SeqCst);
+    }
+
+    /// `true` once the state has been retired.
+    pub fn is_retired(&self) -> bool {
+        // Relaxed: read under the map's write lock, which orders it.
+        self.word(TOUCHED).load(Ordering::Relaxed) == RETIRED
+    }
+
+    /// After a commit: was the state retired meanwhile? SeqCst: see `retire`.
+    #[inline(always)]
+    fn lost_to_retirement(&self) -> bool {
+        self.word(TOUCHED).load(Ordering::SeqCst) == RETIRED
     }
 
     /// Checks a request of `cost` units at `now` (ns). With `commit`, an admitted request is
@@ -361,6 +410,9 @@ impl KeyState {
     fn check_one(&self, policy: &Policy, rule: &Rule, now: u64, cost: u64, commit: bool) -> Outcome {
         loop {
             let touched = self.word(TOUCHED).load(Ordering::Relaxed);
+            if touched == RETIRED {
+                return Outcome::Retired;
+            }
             let expired = now.saturating_sub(touched) >= policy.expiry;
             if expired && commit && cost > 0 {
                 return Outcome::Expired;
@@ -372,6 +424,9 @@ impl KeyState {
             }
             if self.commit(rule, &view, cost) {
                 self.touch(touched, now, [(rule, &view)]);
+                if self.lost_to_retirement() {
+                    return Outcome::Retired;
+                }
                 let remaining = view.room(rule, cost);
                 return Outcome::Decided(Decision::allowed(remaining, 0));
             }
@@ -382,13 +437,18 @@ impl KeyState {
     /// what makes expiry and eviction safe). That changes once per slot boundary, not per
     /// check. A view may have adopted a slot later than `now`: cover it too.
     #[inline(always)]
-    fn touch<'a>(&self, touched: u64, now: u64, committed: impl IntoIterator<Item = (&'a Rule, &'a View)> + Clone) {
+    fn touch<'a>(
+        &self,
+        touched: u64,
+        now: u64,
+        committed: impl IntoIterator<Item = (&'a Rule, &'a View)> + Clone,
+    ) {
         if committed.clone().into_iter().any(|(r, v)| r.time_of(v.slot, 0) > touched) {
             let used = committed.into_iter().map(|(r, v)| r.time_of(v.slot, v.elapsed));
-            // Relaxed: `touched` is read by `is_expired`, either under the shard write lock
-            // (which orders it after this check) or as a hint that is re-checked under that
-            // lock before anything is reset.
-            self.word(TOUCHED).fetch_max(used.fold(now, u64::max), Ordering::Relaxed);
+            // SeqCst: pairs with the CAS in `retire` (see there).
+            // A clock saturated at u64::MAX must not read as RETIRED.
+            let used = used.fold(now, u64::max).min(RETIRED - 1);
+            self.word(TOUCHED).fetch_max(used, Ordering::SeqCst);
         }
     }
 
@@ -400,6 +460,9 @@ impl KeyState {
         let mut views = [View::default(); MAX_LIMITS];
         'attempt: loop {
             let touched = self.word(TOUCHED).load(Ordering::Relaxed);
+            if touched == RETIRED {
+                return Outcome::Retired;
+            }
             let expired = now.saturating_sub(touched) >= policy.expiry;
             if expired && commit && cost > 0 {
                 return Outcome::Expired;
@@ -429,6 +492,9 @@ impl KeyState {
             }
             let views = &views[..rules.len()];
             self.touch(touched, now, rules.iter().zip(views));
+            if self.lost_to_retirement() {
+                return Outcome::Retired;
+            }
             return Outcome::Decided(self.decide(policy, views, now, cost, true));
         }
     }
@@ -682,7 +748,7 @@ impl KeyState {
     pub(crate) fn room(&self, policy: &Policy, now: u64) -> u64 {
         match self.check(policy, now, 0, false) {
             Outcome::Decided(d) => d.remaining(),
-            Outcome::Expired => policy.fresh(0).remaining(),
+            Outcome::Expired | Outcome::Retired => policy.fresh(0).remaining(),
         }
     }
 }
@@ -696,7 +762,7 @@ mod tests {
     fn decided(o: Outcome) -> Decision {
         match o {
             Outcome::Decided(d) => d,
-            Outcome::Expired => panic!("unexpected expiry"),
+            other => panic!("unexpected {other:?}"),
         }
     }
 
@@ -765,5 +831,27 @@ mod tests {
         assert!(state.is_expired(&policy, 2 * S));
         assert_eq!(state.check(&policy, 2 * S, 1, true), Outcome::Expired);
         assert!(decided(state.check(&policy, 2 * S, 1, false)).is_allowed());
+    }
+
+    #[test]
+    fn only_an_expired_state_retires_and_then_every_check_starts_over() {
+        let policy = Policy::new(&[Limit::per_second(1)]).unwrap_or_else(|e| panic!("{e}"));
+        let state = KeyState::new(&policy, 0);
+        assert!(decided(state.check(&policy, 0, 1, true)).is_allowed());
+        assert!(!state.retire(&policy, S), "1 s after its last unit the key still counts");
+        assert!(state.retire(&policy, 2 * S));
+        assert!(state.is_retired());
+        assert!(!state.is_expired(&policy, u64::MAX), "retired is not expired");
+        assert!(!state.retire(&policy, u64::MAX), "retires once");
+        for commit in [true, false] {
+            assert_eq!(state.check(&policy, 2 * S, 1, commit), Outcome::Retired);
+        }
+        let reset = KeyState::new(&policy, 0);
+        reset.retire_now();
+        assert_eq!(reset.check(&policy, 0, 1, true), Outcome::Retired);
+        // A clock saturated at the end of time is not the RETIRED marker.
+        let late = KeyState::new(&policy, u64::MAX);
+        assert!(decided(late.check(&policy, u64::MAX, 1, true)).is_allowed());
+        assert!(!late.is_retired());
     }
 }
