@@ -1,5 +1,7 @@
 //! [`Decision`]: what a check answers, with everything an HTTP 429 needs.
 
+use std::fmt;
+use std::num::NonZeroU64;
 use std::time::Duration;
 
 /// Why a request was refused.
@@ -37,13 +39,68 @@ pub enum Denial {
 /// assert_eq!(d.retry_after(), Some(Duration::from_millis(1500)));
 /// # Ok::<(), slidegate::ConfigError>(())
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 #[must_use = "a Decision says whether the request may proceed"]
 pub struct Decision {
-    pub(crate) denial: Option<Denial>,
-    pub(crate) remaining: u64,
-    pub(crate) retry_after: Option<Duration>,
-    pub(crate) tightest: usize,
+    // Two words, so that a check returns it in two registers rather than through memory.
+    /// Nanoseconds; `NO_RETRY` when there is no retry time.
+    retry_after: u64,
+    /// `remaining` (32 bits, as `max` is at most 2³² − 1) | kind << 32 | limit << 40, where
+    /// the limit is the one a denial names, or the tightest one.
+    /// Never zero (kinds start at 1), which lets `Option<Decision>` stay two words.
+    packed: NonZeroU64,
+}
+
+const NO_RETRY: u64 = u64::MAX;
+
+const ALLOWED: u64 = 1;
+const LIMIT: u64 = 2;
+const COST_TOO_LARGE: u64 = 3;
+const TOO_MANY_KEYS: u64 = 4;
+
+impl Decision {
+    #[inline]
+    fn new(kind: u64, limit: usize, remaining: u64, retry_after: u64) -> Decision {
+        // Limit indices are below MAX_LIMITS (8); room is at most MAX_UNITS (2³² − 1).
+        let limit = (limit as u64).min(0xFF);
+        let packed = remaining.min(u64::from(u32::MAX)) | kind << 32 | limit << 40;
+        Decision { retry_after, packed: NonZeroU64::new(packed).unwrap_or(NonZeroU64::MIN) }
+    }
+
+    #[inline]
+    pub(crate) fn allowed(remaining: u64, tightest: usize) -> Decision {
+        Decision::new(ALLOWED, tightest, remaining, NO_RETRY)
+    }
+
+    /// Refused by limit `limit`, admissible again after `retry_after` ns (saturating just
+    /// below the "none" marker).
+    pub(crate) fn limited(limit: usize, remaining: u64, retry_after: u64) -> Decision {
+        Decision::new(LIMIT, limit, remaining, retry_after.min(NO_RETRY - 1))
+    }
+
+    pub(crate) fn cost_too_large(limit: usize, remaining: u64) -> Decision {
+        Decision::new(COST_TOO_LARGE, limit, remaining, NO_RETRY)
+    }
+
+    pub(crate) fn too_many_keys() -> Decision {
+        Decision::new(TOO_MANY_KEYS, 0, 0, NO_RETRY)
+    }
+
+    #[inline]
+    fn kind(&self) -> u64 {
+        (self.packed.get() >> 32) & 0xFF
+    }
+}
+
+impl fmt::Debug for Decision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Decision")
+            .field("denial", &self.denial())
+            .field("remaining", &self.remaining())
+            .field("retry_after", &self.retry_after())
+            .field("tightest_limit", &self.tightest_limit())
+            .finish()
+    }
 }
 
 impl Decision {
@@ -55,8 +112,9 @@ impl Decision {
     /// assert!(limiter.check(&1).is_allowed());
     /// # Ok::<(), slidegate::ConfigError>(())
     /// ```
+    #[inline]
     pub fn is_allowed(&self) -> bool {
-        self.denial.is_none()
+        self.kind() == ALLOWED
     }
 
     /// Units still available in the tightest limit after this decision (an admitted request
@@ -69,7 +127,7 @@ impl Decision {
     /// # Ok::<(), slidegate::ConfigError>(())
     /// ```
     pub fn remaining(&self) -> u64 {
-        self.remaining
+        self.packed.get() & 0xFFFF_FFFF
     }
 
     /// For a request refused by a limit: the time after which the same request would be
@@ -85,7 +143,7 @@ impl Decision {
     /// # Ok::<(), slidegate::ConfigError>(())
     /// ```
     pub fn retry_after(&self) -> Option<Duration> {
-        self.retry_after
+        (self.retry_after != NO_RETRY).then(|| Duration::from_nanos(self.retry_after))
     }
 
     /// Why the request was refused, or `None` if it was admitted.
@@ -97,7 +155,13 @@ impl Decision {
     /// # Ok::<(), slidegate::ConfigError>(())
     /// ```
     pub fn denial(&self) -> Option<Denial> {
-        self.denial
+        let limit = self.tightest_limit();
+        match self.kind() {
+            LIMIT => Some(Denial::Limit(limit)),
+            COST_TOO_LARGE => Some(Denial::CostTooLarge(limit)),
+            TOO_MANY_KEYS => Some(Denial::TooManyKeys),
+            _ => None,
+        }
     }
 
     /// Index (in builder order) of the limit with the least room after this decision: the
@@ -113,6 +177,6 @@ impl Decision {
     /// # Ok::<(), slidegate::ConfigError>(())
     /// ```
     pub fn tightest_limit(&self) -> usize {
-        self.tightest
+        (self.packed.get() >> 40) as usize
     }
 }

@@ -38,8 +38,10 @@
 #![warn(missing_docs)]
 
 mod background;
+mod cache;
 mod clock;
 mod decision;
+mod divisor;
 mod error;
 mod limit;
 mod limiter;

@@ -21,8 +21,9 @@ use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
 
 use crate::background::Periodic;
+use crate::cache;
 use crate::clock::{start_coarse_clock, ManualClock, Now};
-use crate::decision::{Decision, Denial};
+use crate::decision::Decision;
 use crate::error::ConfigError;
 use crate::limit::Limit;
 use crate::window::{KeyState, Outcome, Policy};
@@ -35,6 +36,8 @@ const SHARDS: usize = 256;
 const DEFAULT_TICK: Duration = Duration::from_millis(1);
 
 struct Shared<K> {
+    /// This limiter's id in the per-thread caches.
+    owner: u64,
     map: DashMap<K, KeyState, ahash::RandomState>,
     policy: Policy,
     now: Now,
@@ -151,17 +154,35 @@ where
             };
             return policy.never(index, room);
         }
+        // A key this thread checks again and again: no map, no shard lock (see `cache.rs`).
+        let hash = shared.map.hasher().hash_one(key);
+        let cached = cache::with_cached::<K, Q, _>(shared.owner, hash, key, |state| {
+            match state.check(policy, now, cost, true) {
+                Outcome::Decided(decision) => Some(decision),
+                Outcome::Expired | Outcome::Retired => None,
+            }
+        });
+        if let Some(decision) = cached {
+            return decision;
+        }
         loop {
             let Some(state) = shared.map.get(key) else { break };
-            if let Outcome::Decided(decision) = state.check(policy, now, cost, true) {
-                return decision;
+            match state.check(policy, now, cost, true) {
+                Outcome::Decided(decision) => {
+                    cache::missed(shared.owner, hash, key, &state);
+                    return decision;
+                }
+                // Expired, or (defensively: a state is retired only as it leaves the map)
+                // retired: replace it below.
+                Outcome::Expired | Outcome::Retired => {}
             }
             drop(state);
-            // Expired: reset under the shard's write lock, where no check can be running,
+            // Expired: replace it with a fresh state under the shard's write lock (checks
+            // through caches may still hold the old one: `retire` sends them back here),
             // then check again (the fresh state cannot be expired at `now`).
-            if let Some(state) = shared.map.get_mut(key) {
-                if state.is_expired(policy, now) {
-                    state.reset(policy, now);
+            if let Some(mut state) = shared.map.get_mut(key) {
+                if state.retire(policy, now) || state.is_retired() {
+                    *state = KeyState::new(policy, now);
                 }
             }
         }
@@ -180,32 +201,28 @@ where
         let shared = &*self.shared;
         let policy = &shared.policy;
         match shared.map.entry(key.to_owned()) {
-            // Another thread inserted it meanwhile; we hold the write lock, so a reset is safe.
-            Entry::Occupied(entry) => {
-                let state = entry.get();
-                if state.is_expired(policy, now) {
-                    state.reset(policy, now);
+            // Another thread inserted it meanwhile. We hold the write lock: an expired state
+            // is replaced (after retiring it for the caches), and no other thread can retire
+            // the one we check.
+            Entry::Occupied(mut entry) => {
+                if entry.get().retire(policy, now) {
+                    entry.insert(KeyState::new(policy, now));
                 }
-                match state.check(policy, now, cost, true) {
+                match entry.get().check(policy, now, cost, true) {
                     Outcome::Decided(decision) => decision,
-                    Outcome::Expired => policy.fresh(cost),
+                    Outcome::Expired | Outcome::Retired => policy.fresh(cost),
                 }
             }
             Entry::Vacant(entry) => {
                 // Relaxed: `live` is a counter; the shard lock orders the map itself.
                 if shared.live.fetch_add(1, Ordering::Relaxed) >= shared.max_keys {
                     shared.live.fetch_sub(1, Ordering::Relaxed);
-                    return Decision {
-                        denial: Some(Denial::TooManyKeys),
-                        remaining: 0,
-                        retry_after: None,
-                        tightest: 0,
-                    };
+                    return Decision::too_many_keys();
                 }
                 let state = KeyState::new(policy, now);
                 let decision = match state.check(policy, now, cost, true) {
                     Outcome::Decided(decision) => decision,
-                    Outcome::Expired => policy.fresh(cost),
+                    Outcome::Expired | Outcome::Retired => policy.fresh(cost),
                 };
                 entry.insert(state);
                 decision
@@ -214,7 +231,9 @@ where
     }
 
     /// Would a request of cost 1 be admitted now? Consumes nothing and inserts no key;
-    /// `remaining()` is what it would be if the request were admitted.
+    /// `remaining()` is what it would be if the request were admitted. For a key not held
+    /// while the table is at `max_keys`, the answer is [`Denial::TooManyKeys`], as a check
+    /// would be.
     ///
     /// ```
     /// use slidegate::{Limit, Limiter};
@@ -233,8 +252,11 @@ where
         match shared.map.get(key) {
             Some(state) => match state.check(&shared.policy, now, 1, false) {
                 Outcome::Decided(decision) => decision,
-                Outcome::Expired => shared.policy.fresh(1),
+                // A retired state is being replaced or removed: both read as empty.
+                Outcome::Expired | Outcome::Retired => shared.policy.fresh(1),
             },
+            // A new key would be refused while the table is full (until a sweep frees room).
+            None if shared.live.load(Ordering::Relaxed) >= shared.max_keys => Decision::too_many_keys(),
             None => shared.policy.fresh(1),
         }
     }
@@ -254,11 +276,11 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let removed = self.shared.map.remove(key).is_some();
-        if removed {
-            self.shared.live.fetch_sub(1, Ordering::Relaxed);
-        }
-        removed
+        let Some((_, state)) = self.shared.map.remove(key) else { return false };
+        // Checks that hold the state through a cache start over on the map.
+        state.retire_now();
+        self.shared.live.fetch_sub(1, Ordering::Relaxed);
+        true
     }
 
     /// Evicts every key whose windows are all empty (idle for longer than the longest
@@ -339,8 +361,8 @@ impl<K: Hash + Eq + Clone> Shared<K> {
     fn sweep(&self) -> usize {
         let now = self.now.nanos();
         // Collect under the shards' read locks (checks go on), then remove each key under
-        // its shard's write lock, re-checking expiry there: a check that slipped in between
-        // has refreshed the key and keeps it.
+        // its shard's write lock if it is still expired there: a check that slipped in
+        // between has refreshed the key and keeps it.
         let expired: Vec<K> = self
             .map
             .iter()
@@ -349,7 +371,9 @@ impl<K: Hash + Eq + Clone> Shared<K> {
             .collect();
         let mut evicted = 0;
         for key in expired {
-            if self.map.remove_if(&key, |_, state| state.is_expired(&self.policy, now)).is_some() {
+            // `retire` re-checks expiry and, by its CAS, wins or loses against any check
+            // still counting into the state, including checks that hold it through a cache.
+            if self.map.remove_if(&key, |_, state| state.retire(&self.policy, now)).is_some() {
                 evicted += 1;
             }
         }
@@ -516,6 +540,7 @@ where
             }
         };
         let shared = Arc::new(Shared {
+            owner: cache::next_owner(),
             map: DashMap::with_hasher_and_shard_amount(ahash::RandomState::new(), SHARDS),
             policy,
             now,

@@ -38,9 +38,12 @@
 
 use std::time::Duration;
 
-use crate::decision::{Decision, Denial};
+use crate::decision::Decision;
+use crate::divisor::Divisor;
 use crate::error::ConfigError;
 use crate::limit::{Accuracy, Limit};
+use std::sync::Arc;
+
 use crate::sync::{AtomicU64, Ordering};
 
 /// The most limits one limiter may apply together (views live on the stack).
@@ -83,14 +86,21 @@ pub(crate) struct Rule {
     /// `k - ring` from going below zero.
     ring: u64,
     strict: bool,
-    /// Index of this limit's `cur` word; its ring follows it.
+    /// Index of this limit's `cur` word. With more than one slot a `sum` word follows it,
+    /// then the ring.
     at: usize,
+    /// Index of the first ring word.
+    ring_at: usize,
+    /// `precision` and `ring` as fast divisors.
+    by_precision: Divisor,
+    by_ring: Divisor,
 }
 
 impl Rule {
     #[inline]
     fn slot_of(&self, now: u64) -> (u64, u64) {
-        (now / self.precision + self.ring, now % self.precision)
+        let (slot, elapsed) = self.by_precision.div_rem(now);
+        (slot + self.ring, elapsed)
     }
 
     #[inline]
@@ -101,7 +111,15 @@ impl Rule {
     #[inline]
     fn position(&self, slot: u64) -> usize {
         // `ring` is at most MAX_SLOTS + 1, so the remainder fits a usize.
-        self.at + 1 + (slot % self.ring) as usize
+        self.ring_at + self.by_ring.rem(slot) as usize
+    }
+
+    /// The `sum` word: `(slot tag, units in the closed slots wholly inside that slot's
+    /// window)`, so a check in an open slot reads three words whatever the window's length.
+    /// A window of one slot has no such slots and no `sum` word.
+    #[inline]
+    fn sum_word(&self) -> Option<usize> {
+        (self.slots > 1).then_some(self.at + 1)
     }
 }
 
@@ -129,6 +147,12 @@ impl Policy {
             limit.validate()?;
             let precision = nanos(limit.get_precision());
             let slots = limit.slots();
+            // validate() bounds slots by MAX_SLOTS, so none of this can overflow.
+            let ring_at = at + 1 + usize::from(slots > 1);
+            let (Some(by_precision), Some(by_ring)) = (Divisor::new(precision), Divisor::new(slots + 1))
+            else {
+                return Err(ConfigError::ZeroPrecision { limit: *limit });
+            };
             rules.push(Rule {
                 limit: *limit,
                 max: limit.max(),
@@ -137,9 +161,11 @@ impl Policy {
                 ring: slots + 1,
                 strict: limit.accuracy() == Accuracy::Strict,
                 at,
+                ring_at,
+                by_precision,
+                by_ring,
             });
-            // validate() bounds slots by MAX_SLOTS, so this cannot overflow.
-            at += 2 + slots as usize;
+            at = ring_at + slots as usize + 1;
         }
         let expiry =
             rules.iter().map(|r| nanos(r.limit.window()).saturating_add(r.precision)).max().unwrap_or(0);
@@ -178,12 +204,12 @@ impl Policy {
             .enumerate()
             .min_by_key(|&(_, room)| room)
             .unwrap_or((0, 0));
-        Decision { denial: None, remaining, retry_after: None, tightest }
+        Decision::allowed(remaining, tightest)
     }
 
     /// The decision for a cost that exceeds limit `index`'s `max`, given the room the key has.
     pub(crate) fn never(&self, index: usize, remaining: u64) -> Decision {
-        Decision { denial: Some(Denial::CostTooLarge(index)), remaining, retry_after: None, tightest: index }
+        Decision::cost_too_large(index, remaining)
     }
 }
 
@@ -198,40 +224,67 @@ struct View {
     /// has already moved on), and ns elapsed in it.
     slot: u64,
     elapsed: u64,
-    /// The `cur` word as loaded: the expected value of the commit's CAS.
+    /// The `cur` word as loaded: the expected value of the commit's CAS. When its tag is
+    /// older than `slot`, the commit closes that slot.
     seen: u64,
-    /// Units in the current slot, in the slots wholly inside the window before it, and in
-    /// the oldest, partly covered slot.
+    /// Units in the current slot, in the closed slots wholly inside the window, and in the
+    /// oldest, partly covered slot.
     current: u64,
     full: u64,
     oldest: u64,
-    /// When `cur` holds an older slot: its index and count (the commit closes it).
-    closing: Option<(u64, u64)>,
     /// The key is expired: every count is zero.
     expired: bool,
 }
 
 impl View {
-    /// The window's count times the precision (exact integer form of the estimate).
+    /// The slot that `cur` holds and a commit would close, with its final count.
     #[inline]
-    fn scaled(&self, rule: &Rule) -> u128 {
-        let whole = u128::from(self.current + self.full) * u128::from(rule.precision);
-        let weight = if rule.strict { rule.precision } else { rule.precision - self.elapsed };
-        whole + u128::from(self.oldest) * u128::from(weight)
+    fn closing(&self) -> Option<(u64, u64)> {
+        let behind = tag_distance(self.slot as u32, tag_of(self.seen));
+        (behind > 0 && !self.expired).then(|| (self.slot - behind as u64, count_of(self.seen)))
     }
 
+    /// The weight (out of `precision`) with which the oldest slot still counts.
+    #[inline]
+    fn weight(&self, rule: &Rule) -> u64 {
+        if rule.strict {
+            rule.precision
+        } else {
+            rule.precision - self.elapsed
+        }
+    }
+
+    /// Does `cost` more fit? `whole + cost + oldest × weight / precision ≤ max`, in exact
+    /// integers (the product needs 96 bits at most; no division).
     #[inline]
     fn admits(&self, rule: &Rule, cost: u64) -> bool {
-        self.scaled(rule) + u128::from(cost) * u128::from(rule.precision)
-            <= u128::from(rule.max) * u128::from(rule.precision)
+        let used = self.current + self.full + cost;
+        if used > rule.max {
+            return false;
+        }
+        self.oldest == 0
+            || u128::from(self.oldest) * u128::from(self.weight(rule))
+                <= u128::from(rule.max - used) * u128::from(rule.precision)
     }
 
-    /// Whole units still free after `cost` more.
+    /// Whole units still free after `cost` more: `max − whole − cost − ⌈oldest × weight /
+    /// precision⌉`, at least 0.
     #[inline]
     fn room(&self, rule: &Rule, cost: u64) -> u64 {
-        let p = u128::from(rule.precision);
-        let free = (u128::from(rule.max) * p).saturating_sub(self.scaled(rule) + u128::from(cost) * p);
-        u64::try_from(free / p).unwrap_or(u64::MAX)
+        let free = rule.max.saturating_sub(self.current + self.full + cost);
+        if self.oldest == 0 {
+            return free;
+        }
+        let faded = u128::from(self.oldest) * u128::from(self.weight(rule));
+        // A fast division when the product fits 64 bits (it nearly always does).
+        let share = match u64::try_from(faded) {
+            Ok(faded) => match rule.by_precision.div_rem(faded) {
+                (q, 0) => q,
+                (q, _) => q + 1,
+            },
+            Err(_) => u64::try_from(faded.div_ceil(u128::from(rule.precision))).unwrap_or(u64::MAX),
+        };
+        free.saturating_sub(share)
     }
 }
 
@@ -246,21 +299,29 @@ enum Hist {
 pub enum Outcome {
     /// The decision, already applied to the state if it admitted and was not a peek.
     Decided(Decision),
-    /// The key is expired and the check wants to count: reset it under exclusive access
-    /// ([`KeyState::reset`]) and check again.
+    /// The key is expired and the check wants to count: replace it with a fresh state
+    /// under the map's write lock ([`KeyState::retire`]) and check again.
     Expired,
+    /// The state was retired (evicted, reset or replaced): look the key up again. Whatever
+    /// this check wrote into it is discarded with it.
+    Retired,
 }
 
-/// One key's counters for every limit of a [`Policy`].
-#[derive(Debug)]
+/// `touched` of a retired state: later than any time, so it never looks expired, and
+/// recognisable by every check that still holds the state.
+const RETIRED: u64 = u64::MAX;
+
+/// One key's counters for every limit of a [`Policy`]. Clones share the counters: the map
+/// holds one, and threads that check the key often hold others (see `cache.rs`).
+#[derive(Debug, Clone)]
 pub struct KeyState {
-    words: Box<[AtomicU64]>,
+    words: Arc<[AtomicU64]>,
 }
 
 impl KeyState {
     /// Fresh state: every window empty, as of `now` (ns).
     pub fn new(policy: &Policy, now: u64) -> KeyState {
-        let words: Box<[AtomicU64]> = (0..policy.words).map(|_| AtomicU64::new(0)).collect();
+        let words: Arc<[AtomicU64]> = (0..policy.words).map(|_| AtomicU64::new(0)).collect();
         let state = KeyState { words };
         state.reset(policy, now);
         state
@@ -271,14 +332,16 @@ impl KeyState {
         &self.words[index]
     }
 
-    /// Rewrites the state as fresh at `now`. Only for a caller with exclusive access
-    /// (construction, or the map's shard write lock), hence `Relaxed`: the lock's release
-    /// publishes these stores.
-    pub fn reset(&self, policy: &Policy, now: u64) {
-        self.word(TOUCHED).store(now, Ordering::Relaxed);
+    /// Writes the state as fresh at `now`. Only for construction, before the state is
+    /// shared, hence `Relaxed`: whatever shares it (the map's lock) publishes these stores.
+    fn reset(&self, policy: &Policy, now: u64) {
+        self.word(TOUCHED).store(now.min(RETIRED - 1), Ordering::Relaxed);
         for rule in policy.rules.iter() {
             let (slot, _) = rule.slot_of(now);
             self.word(rule.at).store(pack(slot, 0), Ordering::Relaxed);
+            if let Some(at) = rule.sum_word() {
+                self.word(at).store(pack(slot, 0), Ordering::Relaxed);
+            }
             for i in slot - rule.ring..slot {
                 self.word(rule.position(i)).store(pack(i, 0), Ordering::Relaxed);
             }
@@ -288,17 +351,118 @@ impl KeyState {
     /// `true` when no window of the key holds any count at `now`: the state equals a fresh
     /// one, so dropping it changes no decision.
     pub fn is_expired(&self, policy: &Policy, now: u64) -> bool {
+        // Relaxed: a hint; `retire` decides with a CAS. A retired state is never expired.
         now.saturating_sub(self.word(TOUCHED).load(Ordering::Relaxed)) >= policy.expiry
+    }
+
+    /// Retires the state if it is expired at `now`, so that it can be dropped from the map
+    /// (or replaced) while checks may still hold it: `true` if it is retired now.
+    ///
+    /// A check that commits into the state reads `touched` after its commit and starts over
+    /// on the map if it finds the state retired, so no admission is lost, with one
+    /// exception that changes no decision: if the check's own clock is so far behind that
+    /// its units fall outside every window at the sweeper's `now`, the retirement may win.
+    /// SeqCst here, on the check's `fetch_max` of `touched` and on its final load: either
+    /// this CAS comes first in their single total order and the check's load sees
+    /// `RETIRED`, or it comes later and finds `touched` raised past the check's slot, so it
+    /// fails (unless that slot is expired at `now`, the exception above).
+    pub fn retire(&self, policy: &Policy, now: u64) -> bool {
+        let touched = self.word(TOUCHED).load(Ordering::Relaxed);
+        now.saturating_sub(touched) >= policy.expiry
+            && self
+                .word(TOUCHED)
+                .compare_exchange(touched, RETIRED, Ordering::SeqCst, Ordering::Relaxed)
+                .is_ok()
+    }
+
+    /// Retires the state whatever it holds (an explicit reset of the key): checks that still
+    /// hold it start over on the map. SeqCst: as in [`retire`](Self::retire).
+    pub fn retire_now(&self) {
+        self.word(TOUCHED).store(RETIRED, Ordering::SeqCst);
+    }
+
+    /// `true` once the state has been retired.
+    pub fn is_retired(&self) -> bool {
+        // Relaxed: read under the map's write lock, which orders it.
+        self.word(TOUCHED).load(Ordering::Relaxed) == RETIRED
+    }
+
+    /// After a commit: was the state retired meanwhile? SeqCst: see `retire`.
+    #[inline(always)]
+    fn lost_to_retirement(&self) -> bool {
+        self.word(TOUCHED).load(Ordering::SeqCst) == RETIRED
     }
 
     /// Checks a request of `cost` units at `now` (ns). With `commit`, an admitted request is
     /// counted in every limit; without, nothing is written (a peek). `cost` must not exceed
     /// any limit's `max` (see [`Policy::oversized`]).
+    #[inline]
     pub fn check(&self, policy: &Policy, now: u64, cost: u64, commit: bool) -> Outcome {
+        match &policy.rules[..] {
+            [rule] => self.check_one(policy, rule, now, cost, commit),
+            _ => self.check_all(policy, now, cost, commit),
+        }
+    }
+
+    /// [`check`](Self::check) for a policy of one limit: the same steps as
+    /// [`check_all`](Self::check_all) with one view on the stack and nothing to roll back.
+    #[inline(always)]
+    fn check_one(&self, policy: &Policy, rule: &Rule, now: u64, cost: u64, commit: bool) -> Outcome {
+        loop {
+            let touched = self.word(TOUCHED).load(Ordering::Relaxed);
+            if touched == RETIRED {
+                return Outcome::Retired;
+            }
+            let expired = now.saturating_sub(touched) >= policy.expiry;
+            if expired && commit && cost > 0 {
+                return Outcome::Expired;
+            }
+            let view = self.view(rule, now, expired);
+            let admits = view.admits(rule, cost);
+            if !admits || !commit || cost == 0 {
+                return Outcome::Decided(self.decide(policy, &[view], now, cost, admits));
+            }
+            if self.commit(rule, &view, cost) {
+                self.touch(touched, now, [(rule, &view)]);
+                if self.lost_to_retirement() {
+                    return Outcome::Retired;
+                }
+                let remaining = view.room(rule, cost);
+                return Outcome::Decided(Decision::allowed(remaining, 0));
+            }
+        }
+    }
+
+    /// `touched` must not be older than the start of any slot that holds units (that is
+    /// what makes expiry and eviction safe). That changes once per slot boundary, not per
+    /// check. A view may have adopted a slot later than `now`: cover it too.
+    #[inline(always)]
+    fn touch<'a>(
+        &self,
+        touched: u64,
+        now: u64,
+        committed: impl IntoIterator<Item = (&'a Rule, &'a View)> + Clone,
+    ) {
+        if committed.clone().into_iter().any(|(r, v)| r.time_of(v.slot, 0) > touched) {
+            let used = committed.into_iter().map(|(r, v)| r.time_of(v.slot, v.elapsed));
+            // SeqCst: pairs with the CAS in `retire` (see there).
+            // A clock saturated at u64::MAX must not read as RETIRED.
+            let used = used.fold(now, u64::max).min(RETIRED - 1);
+            self.word(TOUCHED).fetch_max(used, Ordering::SeqCst);
+        }
+    }
+
+    /// [`check`](Self::check) for several limits: read a view of each, and if all admit,
+    /// commit limit by limit, rolling back and starting over if a later limit lost its room
+    /// to a racing check meanwhile.
+    fn check_all(&self, policy: &Policy, now: u64, cost: u64, commit: bool) -> Outcome {
         let rules = &policy.rules[..];
         let mut views = [View::default(); MAX_LIMITS];
         'attempt: loop {
             let touched = self.word(TOUCHED).load(Ordering::Relaxed);
+            if touched == RETIRED {
+                return Outcome::Retired;
+            }
             let expired = now.saturating_sub(touched) >= policy.expiry;
             if expired && commit && cost > 0 {
                 return Outcome::Expired;
@@ -326,31 +490,45 @@ impl KeyState {
                     }
                 }
             }
-            // `touched` must not be older than the start of any slot that holds units (that
-            // is what makes expiry and eviction safe). That changes once per slot boundary,
-            // not per check. A view may have adopted a slot later than `now`: cover it too.
             let views = &views[..rules.len()];
-            if rules.iter().zip(views).any(|(r, v)| r.time_of(v.slot, 0) > touched) {
-                let used = rules.iter().zip(views).map(|(r, v)| r.time_of(v.slot, v.elapsed));
-                // Relaxed: `touched` is read by `is_expired`, either under the shard write
-                // lock (which orders it after this check) or as a hint that is re-checked
-                // under that lock before anything is reset.
-                self.word(TOUCHED).fetch_max(used.fold(now, u64::max), Ordering::Relaxed);
+            self.touch(touched, now, rules.iter().zip(views));
+            if self.lost_to_retirement() {
+                return Outcome::Retired;
             }
             return Outcome::Decided(self.decide(policy, views, now, cost, true));
         }
     }
 
     /// Reads one limit's window at `now` (loads only).
+    #[inline(always)]
     fn view(&self, rule: &Rule, now: u64, expired: bool) -> View {
-        let (mut slot, mut elapsed) = rule.slot_of(now);
+        let (slot, elapsed) = rule.slot_of(now);
         // Acquire pairs with the Release CAS in `commit`/`rollback`: it makes the history
-        // written before the CAS that produced this value (or any earlier one in its
-        // release sequence) visible to the ring reads below.
+        // and `sum` written before the CAS that produced this value (or any earlier one in
+        // its release sequence) visible to the reads below.
         let seen = self.word(rule.at).load(Ordering::Acquire);
         if expired {
             return View { slot, elapsed, seen, expired, ..View::default() };
         }
+        if tag_of(seen) == slot as u32 {
+            // The common case, an open slot: three words, whatever the window's length.
+            let oldest = self.word(rule.position(slot - rule.slots)).load(Ordering::Relaxed);
+            let sum = rule.sum_word().map_or(pack(slot, 0), |at| self.word(at).load(Ordering::Relaxed));
+            // Relaxed: both ordered by the Acquire load of `cur` above.
+            if tag_distance(tag_of(oldest), (slot - rule.slots) as u32) <= 0 && tag_of(sum) == slot as u32 {
+                let oldest = if tag_of(oldest) == (slot - rule.slots) as u32 { count_of(oldest) } else { 0 };
+                let (current, full) = (count_of(seen), count_of(sum));
+                return View { slot, elapsed, seen, current, full, oldest, expired };
+            }
+        }
+        self.view_slow(rule, slot, elapsed, seen)
+    }
+
+    /// The view when `cur` holds another slot than `now`'s, or when time has moved past
+    /// `now` in another thread.
+    #[cold]
+    #[inline(never)]
+    fn view_slow(&self, rule: &Rule, mut slot: u64, mut elapsed: u64, seen: u64) -> View {
         loop {
             match self.view_at(rule, slot, elapsed, seen) {
                 Ok(view) => return view,
@@ -361,19 +539,55 @@ impl KeyState {
     }
 
     /// The view at `slot` given the loaded `cur` word, or the later slot to adopt instead
-    /// when `cur` or the ring shows that time has already moved past `slot`.
+    /// when `cur`, `sum` or the ring shows that time has already moved past `slot`.
     fn view_at(&self, rule: &Rule, slot: u64, elapsed: u64, seen: u64) -> Result<View, u64> {
         let behind = tag_distance(slot as u32, tag_of(seen));
         if behind < 0 {
             return Err(slot + behind.unsigned_abs());
         }
-        let count = count_of(seen);
-        let (current, closing) =
-            if behind == 0 { (count, None) } else { (0, Some((slot - behind as u64, count))) };
-        let mut view = View { slot, elapsed, seen, current, closing, ..View::default() };
+        let mut view = View { slot, elapsed, seen, ..View::default() };
         let oldest = slot - rule.slots;
-        for i in oldest..slot {
-            let units = match closing {
+        if behind == 0 {
+            view.current = count_of(seen);
+            view.oldest = match self.hist(rule, oldest) {
+                Hist::Count(units) => units,
+                Hist::Newer(newer) => return Err(newer + 1),
+            };
+            if let Some(at) = rule.sum_word() {
+                // Relaxed: ordered by the Acquire load of `cur` in `view`.
+                let sum = self.word(at).load(Ordering::Relaxed);
+                match tag_distance(tag_of(sum), slot as u32) {
+                    0 => view.full = count_of(sum),
+                    d if d > 0 => return Err(slot + d as u64),
+                    // Never written for this slot (cannot happen after `reset`/`commit`,
+                    // which write it before `cur`): add the ring up instead.
+                    _ => view.full = self.closed_units(rule, &view)?,
+                }
+            }
+            return Ok(view);
+        }
+        // `cur` holds an older slot: this check would close it. Read the window from the
+        // ring with that slot's count in place of what the ring has for it (once per slot).
+        let (closed, units) = (slot - behind as u64, count_of(seen));
+        view.oldest = match oldest {
+            i if i == closed => units,
+            i if i > closed => 0,
+            i => match self.hist(rule, i) {
+                Hist::Count(units) => units,
+                Hist::Newer(newer) => return Err(newer + 1),
+            },
+        };
+        view.full = self.closed_units(rule, &view)?;
+        Ok(view)
+    }
+
+    /// Units in the closed slots wholly inside `view`'s window (`slot − n + 1 .. slot`),
+    /// from the ring, with the slot `view` closes (if any) read from `cur` instead.
+    fn closed_units(&self, rule: &Rule, view: &View) -> Result<u64, u64> {
+        let closing = view.closing();
+        let mut full = 0u64;
+        for i in view.slot + 1 - rule.slots..view.slot {
+            full += match closing {
                 Some((closed, units)) if i == closed => units,
                 Some((closed, _)) if i > closed => 0,
                 _ => match self.hist(rule, i) {
@@ -382,13 +596,8 @@ impl KeyState {
                     Hist::Newer(newer) => return Err(newer + 1),
                 },
             };
-            if i == oldest {
-                view.oldest = units;
-            } else {
-                view.full += units;
-            }
         }
-        Ok(view)
+        Ok(full)
     }
 
     #[inline]
@@ -410,7 +619,7 @@ impl KeyState {
         if i == view.slot {
             return view.current;
         }
-        match view.closing {
+        match view.closing() {
             Some((closed, units)) if i == closed => units,
             Some((closed, _)) if i > closed => 0,
             _ => match self.hist(rule, i) {
@@ -420,16 +629,21 @@ impl KeyState {
         }
     }
 
-    /// Counts `cost` in the view's slot with one CAS on `cur`, first writing the history
-    /// that the move to a new slot closes. `false` if `cur` changed since the view.
+    /// Counts `cost` in the view's slot with one CAS on `cur`, first writing what the move
+    /// to a new slot closes: the closed slot's final count, the skipped slots as empty, and
+    /// the new slot's `sum`. `false` if `cur` changed since the view.
+    #[inline(always)]
     fn commit(&self, rule: &Rule, view: &View, cost: u64) -> bool {
-        if let Some((closed, units)) = view.closing {
+        if let Some((closed, units)) = view.closing() {
             let lowest = view.slot - rule.ring;
             if closed >= lowest {
                 self.raise(rule.position(closed), pack(closed, units));
             }
             for skipped in (closed + 1).max(lowest)..view.slot {
                 self.raise(rule.position(skipped), pack(skipped, 0));
+            }
+            if let Some(at) = rule.sum_word() {
+                self.raise(at, pack(view.slot, view.full));
             }
         }
         let next = pack(view.slot, view.current + cost);
@@ -482,7 +696,7 @@ impl KeyState {
                 .enumerate()
                 .min_by_key(|&(_, room)| room)
                 .unwrap_or((0, 0));
-            return Decision { denial: None, remaining, retry_after: None, tightest };
+            return Decision::allowed(remaining, tightest);
         }
         let remaining = rules.clone().map(|(rule, view)| view.room(rule, 0)).min().unwrap_or(0);
         let (limit, at) = rules
@@ -491,12 +705,7 @@ impl KeyState {
             .map(|(j, (rule, view))| (j, self.admissible_at(rule, view, cost)))
             .max_by_key(|&(j, at)| (at, std::cmp::Reverse(j)))
             .unwrap_or((0, now));
-        Decision {
-            denial: Some(Denial::Limit(limit)),
-            remaining,
-            retry_after: Some(Duration::from_nanos(at.saturating_sub(now))),
-            tightest: limit,
-        }
+        Decision::limited(limit, remaining, at.saturating_sub(now))
     }
 
     /// The earliest time (ns) at which `cost` more units fit this limit if nothing else is
@@ -538,8 +747,8 @@ impl KeyState {
     /// Room left for a cost-0 look at `now` (used for refusals that never consult windows).
     pub(crate) fn room(&self, policy: &Policy, now: u64) -> u64 {
         match self.check(policy, now, 0, false) {
-            Outcome::Decided(d) => d.remaining,
-            Outcome::Expired => policy.fresh(0).remaining,
+            Outcome::Decided(d) => d.remaining(),
+            Outcome::Expired | Outcome::Retired => policy.fresh(0).remaining(),
         }
     }
 }
@@ -553,7 +762,7 @@ mod tests {
     fn decided(o: Outcome) -> Decision {
         match o {
             Outcome::Decided(d) => d,
-            Outcome::Expired => panic!("unexpected expiry"),
+            other => panic!("unexpected {other:?}"),
         }
     }
 
@@ -585,7 +794,7 @@ mod tests {
         assert!(d.is_allowed());
         assert_eq!(d.remaining(), 0);
         let d = decided(state.check(&policy, 10 * S, 1, true));
-        assert_eq!(d.denial(), Some(Denial::Limit(1)));
+        assert_eq!(d.denial(), Some(crate::Denial::Limit(1)));
         // The first 3 units leave the minute window at 61 s (strictly: when slot 0 is gone).
         // Slot 0's 3 units become the oldest slot at 60 s and fade linearly: 2 + 3·(1 − f) ≤ 4
         // from f = 1/3, i.e. 60.333333334 s (rounded up to the ns), 50.333333334 s from now.
@@ -622,5 +831,27 @@ mod tests {
         assert!(state.is_expired(&policy, 2 * S));
         assert_eq!(state.check(&policy, 2 * S, 1, true), Outcome::Expired);
         assert!(decided(state.check(&policy, 2 * S, 1, false)).is_allowed());
+    }
+
+    #[test]
+    fn only_an_expired_state_retires_and_then_every_check_starts_over() {
+        let policy = Policy::new(&[Limit::per_second(1)]).unwrap_or_else(|e| panic!("{e}"));
+        let state = KeyState::new(&policy, 0);
+        assert!(decided(state.check(&policy, 0, 1, true)).is_allowed());
+        assert!(!state.retire(&policy, S), "1 s after its last unit the key still counts");
+        assert!(state.retire(&policy, 2 * S));
+        assert!(state.is_retired());
+        assert!(!state.is_expired(&policy, u64::MAX), "retired is not expired");
+        assert!(!state.retire(&policy, u64::MAX), "retires once");
+        for commit in [true, false] {
+            assert_eq!(state.check(&policy, 2 * S, 1, commit), Outcome::Retired);
+        }
+        let reset = KeyState::new(&policy, 0);
+        reset.retire_now();
+        assert_eq!(reset.check(&policy, 0, 1, true), Outcome::Retired);
+        // A clock saturated at the end of time is not the RETIRED marker.
+        let late = KeyState::new(&policy, u64::MAX);
+        assert!(decided(late.check(&policy, u64::MAX, 1, true)).is_allowed());
+        assert!(!late.is_retired());
     }
 }
