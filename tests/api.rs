@@ -422,7 +422,6 @@ fn max_keys_refuses_new_keys_and_leaves_held_ones_alone() {
 /// `peek` promises to answer "would a request of cost 1 be admitted now?", but for a new key
 /// when the table is full it says yes while the check refuses with `TooManyKeys`.
 #[test]
-#[ignore = "library bug: peek of a new key ignores max_keys (says allowed, check says TooManyKeys)"]
 fn peek_predicts_too_many_keys() {
     let limiter = Limiter::<u64>::builder()
         .limit(Limit::per_second(3))

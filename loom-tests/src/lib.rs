@@ -22,11 +22,11 @@ mod imp {
         Policy::new(limits).unwrap_or_else(|e| panic!("bad policy {limits:?}: {e}"))
     }
 
-    /// The decision of an outcome that must not be `Expired`.
+    /// The decision of an outcome that must be one (not `Expired` nor `Retired`).
     pub fn decided(outcome: Outcome) -> Decision {
         match outcome {
             Outcome::Decided(d) => d,
-            Outcome::Expired => panic!("unexpected Outcome::Expired"),
+            other => panic!("unexpected {other:?}"),
         }
     }
 

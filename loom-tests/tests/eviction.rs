@@ -1,10 +1,14 @@
-//! Loom models of expiry, reset and eviction (`KeyState::is_expired`/`reset`, and
-//! `Limiter::check_n`, `insert` and `Shared::sweep` in limiter.rs): a check runs under the
-//! shard's read lock; an expired key is reset, and an idle key removed, only under the write
-//! lock after re-checking `is_expired`. One shard holding one key is modelled as
-//! `RwLock<Option<KeyState>>`, and the limiter's code paths are copied step for step.
+//! Loom models of expiry, retirement and eviction (`KeyState::retire`, and
+//! `Limiter::check_n`, `insert` and `Shared::sweep` in limiter.rs, with the per-thread
+//! cache of `cache.rs`): a check runs on a cached clone of the key's state with no lock, or
+//! under the shard's read lock; an expired key is replaced, and an idle key removed, only
+//! under the write lock and only if `retire` (a CAS on `touched`) succeeds; a check that
+//! finds its state retired, before or after its commit, starts over on the map. One shard
+//! holding one key is modelled as `RwLock<Option<KeyState>>`, and the limiter's code paths
+//! are copied step for step.
 //! The property: a unit a check admitted is never dropped while it is still inside its
-//! window as of the sweeper's clock, and a reset never throws away another check's unit.
+//! window as of the sweeper's clock, and a replacement never throws away another check's
+//! unit.
 //!
 //! Run (from the workspace root):
 //! `RUSTFLAGS="--cfg slidegate_loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom cargo test --release -p slidegate-loom-tests`
@@ -21,7 +25,14 @@ use slidegate_loom_tests::{decided, policy, take, units, Reached, MS, S};
 type Shard = RwLock<Option<KeyState>>;
 
 /// `Limiter::check_n` (cost within every max) followed by `Limiter::insert`, on one shard.
-fn check_n(shard: &Shard, policy: &Policy, now: u64, cost: u64) -> Decision {
+/// `cached`: the clone of the key's state this thread's cache holds, if any.
+fn check_n(shard: &Shard, policy: &Policy, now: u64, cost: u64, cached: Option<&KeyState>) -> Decision {
+    // `cache::with_cached`: no lock at all.
+    if let Some(state) = cached {
+        if let Outcome::Decided(decision) = state.check(policy, now, cost, true) {
+            return decision;
+        }
+    }
     loop {
         // `map.get`: the read guard.
         let guard = shard.read().unwrap();
@@ -30,22 +41,22 @@ fn check_n(shard: &Shard, policy: &Policy, now: u64, cost: u64) -> Decision {
             return decision;
         }
         drop(guard);
-        // Expired: `map.get_mut`, re-check, reset, and check again.
-        if let Some(state) = shard.write().unwrap().as_ref() {
-            if state.is_expired(policy, now) {
-                state.reset(policy, now);
+        // Expired: `map.get_mut`, retire, replace, and check again.
+        if let Some(state) = shard.write().unwrap().as_mut() {
+            if state.retire(policy, now) || state.is_retired() {
+                *state = KeyState::new(policy, now);
             }
         }
     }
     // `insert`: `map.entry` holds the write lock throughout.
     let mut guard = shard.write().unwrap();
-    match guard.as_ref() {
+    match guard.as_mut() {
         Some(state) => {
-            if state.is_expired(policy, now) {
-                state.reset(policy, now);
+            if state.retire(policy, now) {
+                *state = KeyState::new(policy, now);
             }
-            // The limiter answers `Expired` here with an uncounted admission; under the
-            // write lock, right after the re-check, it must be unreachable.
+            // The limiter answers `Expired`/`Retired` here with an uncounted admission;
+            // under the write lock, right after the retirement, it must be unreachable.
             decided(state.check(policy, now, cost, true))
         }
         None => {
@@ -58,14 +69,14 @@ fn check_n(shard: &Shard, policy: &Policy, now: u64, cost: u64) -> Decision {
 }
 
 /// `Shared::sweep` for the one key: an `is_expired` hint under the read lock (`map.iter`),
-/// then `remove_if` re-checking under the write lock. `true` if it evicted the key.
+/// then `remove_if` retiring under the write lock. `true` if it evicted the key.
 fn sweep(shard: &Shard, policy: &Policy, now: u64) -> bool {
     let hint = shard.read().unwrap().as_ref().is_some_and(|s| s.is_expired(policy, now));
     if !hint {
         return false;
     }
     let mut guard = shard.write().unwrap();
-    if guard.as_ref().is_some_and(|s| s.is_expired(policy, now)) {
+    if guard.as_ref().is_some_and(|s| s.retire(policy, now)) {
         *guard = None;
         return true;
     }
@@ -86,7 +97,7 @@ fn prepared(policy: &Policy, prior: &[u64]) -> Arc<Shard> {
 fn check_vs_sweep(shard: &Arc<Shard>, policy: &Policy, check_at: u64, sweep_at: u64) -> (Decision, bool) {
     let checker = {
         let (shard, policy) = (Arc::clone(shard), policy.clone());
-        thread::spawn(move || check_n(&shard, &policy, check_at, 1))
+        thread::spawn(move || check_n(&shard, &policy, check_at, 1, None))
     };
     let sweeper = {
         let (shard, policy) = (Arc::clone(shard), policy.clone());
@@ -163,8 +174,8 @@ fn check_races_a_sweep_with_a_later_clock() {
 }
 
 /// Two checks at 2 s on the expired key: both get `Outcome::Expired`, both take the write
-/// lock; the second must see the first's reset (not expired any more) and not reset again,
-/// or it would wipe a unit the first may already have counted. 3/s so that a lost unit
+/// lock; the second must see the first's replacement (not expired) and not replace it
+/// again, or it would wipe a unit the first may already have counted. 3/s so that a lost unit
 /// (1), a double count (3) and the right answer (2) all read differently.
 #[test]
 fn two_checks_reset_an_expired_key() {
@@ -174,7 +185,7 @@ fn two_checks_reset_an_expired_key() {
         let shard = prepared(&policy, &[0, 0, 0]);
         let spawn = || {
             let (shard, policy) = (Arc::clone(&shard), policy.clone());
-            thread::spawn(move || check_n(&shard, &policy, 2 * S, 1))
+            thread::spawn(move || check_n(&shard, &policy, 2 * S, 1, None))
         };
         let (a, b) = (spawn(), spawn());
         let (a, b) = (a.join().unwrap(), b.join().unwrap());
@@ -189,8 +200,8 @@ fn two_checks_reset_an_expired_key() {
 /// The expiry test in `check` reads `touched` without the lock, so it is only a hint: X at
 /// 1.9 s counts a unit (raising `touched` to 1.9 s) while Y at 2.5 s, on a key last touched
 /// at 0, may still read `touched` = 0 and report `Expired`. Y must then re-check under the
-/// write lock and, finding X's unit, not reset: both units count as of 2.5 s. (If Y resets
-/// first, X adopts Y's later slot, which also keeps both.)
+/// write lock and, finding X's unit, not replace the state: both units count as of 2.5 s.
+/// (If Y replaces it first, X starts over on the new state, which also keeps both.)
 #[test]
 fn stale_expiry_hint_is_rechecked() {
     loom::model(|| {
@@ -199,7 +210,7 @@ fn stale_expiry_hint_is_rechecked() {
         let shard = prepared(&policy, &[900 * MS]);
         let spawn = |now| {
             let (shard, policy) = (Arc::clone(&shard), policy.clone());
-            thread::spawn(move || check_n(&shard, &policy, now, 1))
+            thread::spawn(move || check_n(&shard, &policy, now, 1, None))
         };
         let (x, y) = (spawn(1900 * MS), spawn(2500 * MS));
         let (x, y) = (x.join().unwrap(), y.join().unwrap());
@@ -210,7 +221,7 @@ fn stale_expiry_hint_is_rechecked() {
 
 /// Two checks on an absent key (never seen, or evicted): both miss under the read lock and
 /// go to `insert`; the second to take the write lock finds the first's fresh key occupied
-/// and must count into it, not reset it (it is not expired) nor replace it.
+/// and must count into it, not replace it (it is not expired).
 #[test]
 fn two_checks_insert_the_same_key() {
     loom::model(|| {
@@ -219,7 +230,7 @@ fn two_checks_insert_the_same_key() {
         let shard: Arc<Shard> = Arc::new(RwLock::new(None));
         let spawn = || {
             let (shard, policy) = (Arc::clone(&shard), policy.clone());
-            thread::spawn(move || check_n(&shard, &policy, S, 1))
+            thread::spawn(move || check_n(&shard, &policy, S, 1, None))
         };
         let (a, b) = (spawn(), spawn());
         let (a, b) = (a.join().unwrap(), b.join().unwrap());
@@ -228,4 +239,104 @@ fn two_checks_insert_the_same_key() {
         assert_eq!(left, [1, 2], "A {a:?} B {b:?}");
         assert_eq!(held(&shard, limit, S), 2);
     });
+}
+
+/// The sweeper's race with a check that holds the state through its per-thread cache (no
+/// lock at all): as `check_races_a_sweep_with_a_later_clock`, but only `retire`'s CAS and
+/// the check's SeqCst re-read of `touched` stand between them. Either the retirement comes
+/// first and the check, finding its state retired (before or after its commit), starts
+/// over and re-inserts the key; or the check's raised `touched` makes the retirement fail.
+#[test]
+fn cached_check_races_eviction() {
+    static REACHED: Reached<bool> = Reached::new();
+    loom::model(|| {
+        let limit = Limit::per_second(2).strict();
+        let policy = policy(&[limit]);
+        let shard = prepared(&policy, &[900 * MS]);
+        let cached = shard.read().unwrap().clone().unwrap();
+        let checker = {
+            let (shard, policy) = (Arc::clone(&shard), policy.clone());
+            thread::spawn(move || check_n(&shard, &policy, 1900 * MS, 1, Some(&cached)))
+        };
+        let sweeper = {
+            let (shard, policy) = (Arc::clone(&shard), policy.clone());
+            thread::spawn(move || sweep(&shard, &policy, 2500 * MS))
+        };
+        let (d, evicted) = (checker.join().unwrap(), sweeper.join().unwrap());
+        assert!(d.is_allowed());
+        assert_eq!(d.remaining(), u64::from(evicted), "{d:?} evicted: {evicted}");
+        assert_eq!(held(&shard, limit, 2500 * MS), 1, "the check's unit was lost");
+        assert_eq!(held(&shard, limit, 1900 * MS), 2 - u64::from(evicted));
+        REACHED.record(evicted, &[false, true]);
+    });
+    REACHED.assert_all(&[false, true]);
+}
+
+/// A check through the cache and a check through the map, both at 2 s on an expired key
+/// (3/s, full at 0). The cached one must not count into the state the other retires and
+/// replaces: both units end up in the live state, exactly once each.
+#[test]
+fn cached_check_races_a_replacement() {
+    loom::model(|| {
+        let limit = Limit::per_second(3);
+        let policy = policy(&[limit]);
+        let shard = prepared(&policy, &[0, 0, 0]);
+        let cached = shard.read().unwrap().clone().unwrap();
+        let through_cache = {
+            let (shard, policy) = (Arc::clone(&shard), policy.clone());
+            thread::spawn(move || check_n(&shard, &policy, 2 * S, 1, Some(&cached)))
+        };
+        let through_map = {
+            let (shard, policy) = (Arc::clone(&shard), policy.clone());
+            thread::spawn(move || check_n(&shard, &policy, 2 * S, 1, None))
+        };
+        let (a, b) = (through_cache.join().unwrap(), through_map.join().unwrap());
+        let mut left = [a.remaining(), b.remaining()];
+        left.sort_unstable();
+        assert_eq!(left, [1, 2], "A {a:?} B {b:?}");
+        assert_eq!(held(&shard, limit, 2 * S), 2);
+    });
+}
+
+/// An explicit `reset` (remove, then `retire_now`) racing a cached check at a frozen time
+/// (3/s, one unit at 0): either the reset takes effect after the check, and the check's
+/// unit is forgotten with the old state (the key is absent), or the check finds its state
+/// retired, before or after its commit, and counts into a fresh key it inserts (which then
+/// holds exactly its unit).
+#[test]
+fn cached_check_races_a_reset() {
+    static REACHED: Reached<bool> = Reached::new();
+    loom::model(|| {
+        let limit = Limit::per_second(3);
+        let policy = policy(&[limit]);
+        let shard = prepared(&policy, &[0]);
+        let cached = shard.read().unwrap().clone().unwrap();
+        let checker = {
+            let (shard, policy) = (Arc::clone(&shard), policy.clone());
+            thread::spawn(move || check_n(&shard, &policy, 0, 1, Some(&cached)))
+        };
+        let resetter = {
+            let shard = Arc::clone(&shard);
+            thread::spawn(move || {
+                let removed = shard.write().unwrap().take();
+                if let Some(state) = removed {
+                    state.retire_now();
+                }
+            })
+        };
+        let d = checker.join().unwrap();
+        resetter.join().unwrap();
+        assert!(d.is_allowed());
+        let present = shard.read().unwrap().is_some();
+        if present {
+            // The check came back after the reset and started a fresh key.
+            assert_eq!(d.remaining(), 2);
+            assert_eq!(held(&shard, limit, 0), 1);
+        } else {
+            // The check counted into the old state, which the reset then forgot.
+            assert_eq!(d.remaining(), 1);
+        }
+        REACHED.record(present, &[false, true]);
+    });
+    REACHED.assert_all(&[false, true]);
 }
