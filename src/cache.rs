@@ -4,112 +4,91 @@
 //! cost a few nanoseconds, and two threads on one hot key bounce one cache line instead of
 //! three (the shard lock's, twice, and the state's).
 //!
-//! Each thread holds [`SLOTS`] direct-mapped entries, indexed by the key's hash and tagged
-//! with the limiter's id. An entry owns a clone of the key and a clone of its
-//! [`KeyState`] (an `Arc`, so a state the map has dropped stays valid memory here). A key
-//! enters the cache only when it misses twice in a row on the same entry, so traffic over
-//! many keys does not churn it.
+//! Each thread holds, per limiter, [`SLOTS`] direct-mapped entries indexed by the key's
+//! hash (`thread_local::ThreadLocal`, dropped with the limiter). An entry holds a clone of
+//! the key's [`KeyState`] (an `Arc`, so a state the map has dropped stays valid memory
+//! here) and identifies the key by two independent 64-bit hashes (the map's, and a second
+//! one with its own random seed): holding no clone of the key, the cache never allocates,
+//! and a wrong match needs two distinct keys whose 128 bits of hash all agree (for 10⁹
+//! distinct keys, a chance below 10⁻²⁰). A key enters the cache when it misses twice in a
+//! row on the same entry.
 //!
 //! Safety against eviction comes from [`KeyState::retire`]: the map retires a state before
 //! dropping or replacing it, and a check through the cache that finds its state retired
-//! (before or after its commit) drops the entry and starts over on the map. A dropped
-//! limiter's entries are never matched again (ids are unique) and are overwritten as the
-//! thread moves on; until then they hold their states' memory: at most `SLOTS` per thread.
+//! (before or after its commit) drops the entry and starts over on the map.
 //!
-//! The cache is a `RefCell`: `try_borrow_mut` makes a re-entrant use (a key whose `Eq`
-//! checks a limiter) fall back to the map instead of panicking.
+//! The entries sit in a `RefCell`; `try_borrow_mut` keeps any re-entrant use from
+//! panicking (it falls back to the map).
 
-use std::any::Any;
-use std::borrow::Borrow;
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicU64, Ordering};
+
+use thread_local::ThreadLocal;
 
 use crate::window::KeyState;
 
-/// Entries per thread, shared by all limiters.
+/// Entries per thread and limiter.
 pub(crate) const SLOTS: usize = 16;
 
-/// A fresh id for a limiter (0 marks an empty entry).
-pub(crate) fn next_owner() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    // Relaxed: only uniqueness matters.
-    NEXT.fetch_add(1, Ordering::Relaxed)
-}
-
-struct Cached<K> {
-    key: K,
-    state: KeyState,
-}
-
+#[derive(Default)]
 struct Entry {
-    owner: u64,
     hash: u64,
-    /// The `(owner, hash)` that last missed here: a second miss in a row installs it.
-    missed: (u64, u64),
-    cached: Option<Box<dyn Any>>,
+    /// The key's second hash.
+    check: u64,
+    /// The hash that last missed here: a second miss in a row installs it.
+    missed: u64,
+    state: Option<KeyState>,
 }
 
-impl Entry {
-    const EMPTY: Entry = Entry { owner: 0, hash: 0, missed: (0, 0), cached: None };
+type Entries = RefCell<[Entry; SLOTS]>;
+
+/// The per-thread caches of one limiter.
+pub(crate) struct HotKeys {
+    threads: ThreadLocal<Entries>,
 }
 
-thread_local! {
-    static CACHE: RefCell<[Entry; SLOTS]> = const { RefCell::new([Entry::EMPTY; SLOTS]) };
-}
+impl HotKeys {
+    pub(crate) fn new() -> HotKeys {
+        HotKeys { threads: ThreadLocal::new() }
+    }
 
-/// Runs `check` on this thread's cached state of `key` (of the limiter `owner`), if any.
-/// `check` returns `None` when the state cannot answer (retired, or expired and in need of
-/// the map): the entry is then dropped and the caller goes to the map.
-#[inline]
-pub(crate) fn with_cached<K, Q, R>(
-    owner: u64,
-    hash: u64,
-    key: &Q,
-    check: impl FnOnce(&KeyState) -> Option<R>,
-) -> Option<R>
-where
-    K: Borrow<Q> + 'static,
-    Q: Eq + ?Sized,
-{
-    CACHE
-        .try_with(|cache| {
-            let mut cache = cache.try_borrow_mut().ok()?;
-            let entry = cache.get_mut(slot(hash))?;
-            if entry.owner != owner || entry.hash != hash {
-                return None;
-            }
-            let cached = entry.cached.as_ref()?.downcast_ref::<Cached<K>>()?;
-            if cached.key.borrow() != key {
-                return None;
-            }
-            let answer = check(&cached.state);
-            if answer.is_none() {
-                *entry = Entry::EMPTY;
-            }
-            answer
-        })
-        .ok()
-        .flatten()
-}
+    #[inline]
+    fn entries(&self) -> &Entries {
+        self.threads.get_or(|| RefCell::new(std::array::from_fn(|_| Entry::default())))
+    }
 
-/// Tells the cache that `key` missed it and was found in the map as `state`: on the
-/// second miss in a row on its entry, the key is cached (cloning it and the state).
-#[inline]
-pub(crate) fn missed<K, Q>(owner: u64, hash: u64, key: &Q, state: &KeyState)
-where
-    K: Borrow<Q> + 'static,
-    Q: ToOwned<Owned = K> + ?Sized,
-{
-    let _ = CACHE.try_with(|cache| {
-        let Ok(mut cache) = cache.try_borrow_mut() else { return };
-        let Some(entry) = cache.get_mut(slot(hash)) else { return };
-        if entry.missed != (owner, hash) {
-            entry.missed = (owner, hash);
+    /// Runs `check` on this thread's cached state of the key with hashes `(hash, check)`,
+    /// if any. `check` returns `None` when the state cannot answer (retired, or expired and
+    /// in need of the map): the entry is then dropped and the caller goes to the map.
+    #[inline]
+    pub(crate) fn with_cached<R>(
+        &self,
+        (hash, second): (u64, u64),
+        check: impl FnOnce(&KeyState) -> Option<R>,
+    ) -> Option<R> {
+        let mut entries = self.entries().try_borrow_mut().ok()?;
+        let entry = entries.get_mut(slot(hash))?;
+        if entry.hash != hash || entry.check != second {
+            return None;
+        }
+        let answer = check(entry.state.as_ref()?);
+        if answer.is_none() {
+            *entry = Entry::default();
+        }
+        answer
+    }
+
+    /// Tells the cache that the key with hashes `(hash, check)` missed it and was found in
+    /// the map as `state`: on the second miss in a row on its entry, it is cached.
+    #[inline]
+    pub(crate) fn missed(&self, (hash, second): (u64, u64), state: &KeyState) {
+        let Ok(mut entries) = self.entries().try_borrow_mut() else { return };
+        let Some(entry) = entries.get_mut(slot(hash)) else { return };
+        if entry.missed != hash {
+            entry.missed = hash;
             return;
         }
-        let cached: Box<dyn Any> = Box::new(Cached { key: key.to_owned(), state: state.clone() });
-        *entry = Entry { owner, hash, missed: (0, 0), cached: Some(cached) };
-    });
+        *entry = Entry { hash, check: second, missed: 0, state: Some(state.clone()) };
+    }
 }
 
 #[inline]

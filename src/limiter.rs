@@ -21,7 +21,7 @@ use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
 
 use crate::background::Periodic;
-use crate::cache;
+use crate::cache::HotKeys;
 use crate::clock::{start_coarse_clock, ManualClock, Now};
 use crate::decision::Decision;
 use crate::error::ConfigError;
@@ -36,8 +36,10 @@ const SHARDS: usize = 256;
 const DEFAULT_TICK: Duration = Duration::from_millis(1);
 
 struct Shared<K> {
-    /// This limiter's id in the per-thread caches.
-    owner: u64,
+    /// Per-thread caches of hot keys' states, and the second hash that identifies a key
+    /// there (with the map's own).
+    hot: HotKeys,
+    second_hash: ahash::RandomState,
     map: DashMap<K, KeyState, ahash::RandomState>,
     policy: Policy,
     now: Now,
@@ -155,12 +157,10 @@ where
             return policy.never(index, room);
         }
         // A key this thread checks again and again: no map, no shard lock (see `cache.rs`).
-        let hash = shared.map.hasher().hash_one(key);
-        let cached = cache::with_cached::<K, Q, _>(shared.owner, hash, key, |state| {
-            match state.check(policy, now, cost, true) {
-                Outcome::Decided(decision) => Some(decision),
-                Outcome::Expired | Outcome::Retired => None,
-            }
+        let hashes = (shared.map.hasher().hash_one(key), shared.second_hash.hash_one(key));
+        let cached = shared.hot.with_cached(hashes, |state| match state.check(policy, now, cost, true) {
+            Outcome::Decided(decision) => Some(decision),
+            Outcome::Expired | Outcome::Retired => None,
         });
         if let Some(decision) = cached {
             return decision;
@@ -169,7 +169,7 @@ where
             let Some(state) = shared.map.get(key) else { break };
             match state.check(policy, now, cost, true) {
                 Outcome::Decided(decision) => {
-                    cache::missed(shared.owner, hash, key, &state);
+                    shared.hot.missed(hashes, &state);
                     return decision;
                 }
                 // Expired, or (defensively: a state is retired only as it leaves the map)
@@ -283,8 +283,10 @@ where
         true
     }
 
-    /// Evicts every key whose windows are all empty (idle for longer than the longest
-    /// window plus one of its slots) and returns how many. The background sweeper calls
+    /// Evicts every key idle for long enough that all its windows are empty and returns how
+    /// many: a key is evicted once its last admission is older than the largest `window +
+    /// precision` of the limits (a key whose windows happen to be empty earlier, e.g. its
+    /// last unit was early in a slot, waits for that). The background sweeper calls
     /// this; with a [`ManualClock`] call it yourself. Evicting such a key changes no
     /// decision.
     ///
@@ -540,7 +542,8 @@ where
             }
         };
         let shared = Arc::new(Shared {
-            owner: cache::next_owner(),
+            hot: HotKeys::new(),
+            second_hash: ahash::RandomState::new(),
             map: DashMap::with_hasher_and_shard_amount(ahash::RandomState::new(), SHARDS),
             policy,
             now,

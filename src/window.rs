@@ -130,6 +130,8 @@ pub struct Policy {
     words: usize,
     /// A key untouched for this long (ns) holds no count in any window.
     expiry: u64,
+    /// The smallest `max`: a cost above it never fits (one comparison on the hot path).
+    smallest_max: u64,
 }
 
 impl Policy {
@@ -177,7 +179,8 @@ impl Policy {
                 });
             }
         }
-        Ok(Policy { rules: rules.into_boxed_slice(), words: at, expiry })
+        let smallest_max = rules.iter().map(|r| r.max).min().unwrap_or(0);
+        Ok(Policy { rules: rules.into_boxed_slice(), words: at, expiry, smallest_max })
     }
 
     /// The limits, in builder order.
@@ -191,7 +194,11 @@ impl Policy {
     }
 
     /// The index of the first limit whose `max` is below `cost`: such a request never fits.
+    #[inline]
     pub(crate) fn oversized(&self, cost: u64) -> Option<usize> {
+        if cost <= self.smallest_max {
+            return None;
+        }
         self.rules.iter().position(|r| cost > r.max)
     }
 
