@@ -5,48 +5,21 @@
 //! includes the map's table, its spare capacity and each key's state: what a process
 //! really pays. Prints one markdown table.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::num::NonZeroU32;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use governor::{Quota, RateLimiter};
 use slidegate::{ConfigError, Limit, Limiter, ManualClock};
 
-struct Counting;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: every call is forwarded unchanged to the system allocator; the counter is only
-// bookkeeping and never affects the returned pointers.
-#[allow(unsafe_code)]
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size(), Ordering::Relaxed);
-        // SAFETY: same contract as our caller's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-        // SAFETY: same contract as our caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(new_size, Ordering::Relaxed);
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-        // SAFETY: same contract as our caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+#[allow(dead_code)]
+#[path = "../tests/support/counting_alloc.rs"]
+mod counting_alloc;
+use counting_alloc::{live_bytes as live, Counting};
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
 
 const KEYS: u64 = 1_000_000;
-
-fn live() -> usize {
-    LIVE.load(Ordering::Relaxed)
-}
 
 /// Heap bytes per key for slidegate with `limits`.
 fn slidegate(limits: &[Limit]) -> Result<(f64, usize), ConfigError> {

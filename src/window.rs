@@ -411,19 +411,30 @@ impl KeyState {
         }
     }
 
+    /// The first step of every check: `touched`, and whether the key is expired at `now`;
+    /// or the outcome when this state cannot answer (retired, or expired for a commit).
+    #[inline(always)]
+    fn begin(&self, policy: &Policy, now: u64, cost: u64, commit: bool) -> Result<(u64, bool), Outcome> {
+        let touched = self.word(TOUCHED).load(Ordering::Relaxed);
+        if touched == RETIRED {
+            return Err(Outcome::Retired);
+        }
+        let expired = now.saturating_sub(touched) >= policy.expiry;
+        if expired && commit && cost > 0 {
+            return Err(Outcome::Expired);
+        }
+        Ok((touched, expired))
+    }
+
     /// [`check`](Self::check) for a policy of one limit: the same steps as
     /// [`check_all`](Self::check_all) with one view on the stack and nothing to roll back.
     #[inline(always)]
     fn check_one(&self, policy: &Policy, rule: &Rule, now: u64, cost: u64, commit: bool) -> Outcome {
         loop {
-            let touched = self.word(TOUCHED).load(Ordering::Relaxed);
-            if touched == RETIRED {
-                return Outcome::Retired;
-            }
-            let expired = now.saturating_sub(touched) >= policy.expiry;
-            if expired && commit && cost > 0 {
-                return Outcome::Expired;
-            }
+            let (touched, expired) = match self.begin(policy, now, cost, commit) {
+                Ok(begun) => begun,
+                Err(outcome) => return outcome,
+            };
             let view = self.view(rule, now, expired);
             let admits = view.admits(rule, cost);
             if !admits || !commit || cost == 0 {
@@ -466,14 +477,10 @@ impl KeyState {
         let rules = &policy.rules[..];
         let mut views = [View::default(); MAX_LIMITS];
         'attempt: loop {
-            let touched = self.word(TOUCHED).load(Ordering::Relaxed);
-            if touched == RETIRED {
-                return Outcome::Retired;
-            }
-            let expired = now.saturating_sub(touched) >= policy.expiry;
-            if expired && commit && cost > 0 {
-                return Outcome::Expired;
-            }
+            let (touched, expired) = match self.begin(policy, now, cost, commit) {
+                Ok(begun) => begun,
+                Err(outcome) => return outcome,
+            };
             let mut admits = true;
             for (rule, view) in rules.iter().zip(views.iter_mut()) {
                 *view = self.view(rule, now, expired);
