@@ -730,10 +730,27 @@ impl KeyState {
         let p = u128::from(rule.precision);
         let mut whole = view.current + view.full;
         let mut oldest = view.oldest;
+        // The slot leaving the window at step `k` is `view.slot + k − n`; in an open slot
+        // (the common case) its count comes straight from the ring, walked position by
+        // position rather than through a division per slot.
+        let plain = view.closing().is_none() && !view.expired;
+        let mut position = rule.by_ring.rem(view.slot + 1 - rule.slots);
         for slot in view.slot..=view.slot + rule.slots + 1 {
             if slot > view.slot {
                 // The slot that was oldest has left; the next one becomes the oldest.
-                let leaving = self.units_in(rule, view, slot - rule.slots);
+                let i = slot - rule.slots;
+                let leaving = if plain && i < view.slot {
+                    // Relaxed: ordered by the Acquire load of `cur` in `view`.
+                    let word = self.word(rule.ring_at + position as usize).load(Ordering::Relaxed);
+                    if tag_of(word) == i as u32 {
+                        count_of(word)
+                    } else {
+                        0
+                    }
+                } else {
+                    self.units_in(rule, view, i)
+                };
+                position = if position + 1 == rule.ring { 0 } else { position + 1 };
                 whole = whole.saturating_sub(leaving);
                 oldest = leaving;
             }
