@@ -735,8 +735,14 @@ impl KeyState {
         // position rather than through a division per slot.
         let plain = view.closing().is_none() && !view.expired;
         let mut position = rule.by_ring.rem(view.slot + 1 - rule.slots);
-        for slot in view.slot..=view.slot + rule.slots + 1 {
-            if slot > view.slot {
+        let mut start = view.slot;
+        if view.current > room {
+            // Nothing fits while the current slot is wholly inside the window (the usual
+            // refusal: a burst within one slot): go straight to where it becomes the oldest.
+            (start, whole, oldest) = (view.slot + rule.slots, 0, view.current);
+        }
+        for slot in start..=view.slot + rule.slots + 1 {
+            if slot > start {
                 // The slot that was oldest has left; the next one becomes the oldest.
                 let i = slot - rule.slots;
                 let leaving = if plain && i < view.slot {
