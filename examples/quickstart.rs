@@ -58,9 +58,11 @@ fn gateway_policy() -> Result<(), ConfigError> {
     println!("  then 50 req/s for 20 s: {admitted} admitted, {refused} refused");
     let d = limiter.peek("user_a");
     println!(
-        "  only admitted requests count: the minute budget still has {} left (tightest limit #{})",
-        d.remaining(),
-        d.tightest_limit()
+        "  only admitted requests count: the 120/min limit holds the 10 + {admitted} admitted, not the \
+         {refused} refused (a peek now: allowed={}, limit #{} frees up in {:?})",
+        d.is_allowed(),
+        d.tightest_limit(),
+        d.retry_after()
     );
 
     let d = limiter.check_n("user_b", 7);
