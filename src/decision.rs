@@ -5,6 +5,22 @@ use std::num::NonZeroU64;
 use std::time::Duration;
 
 /// Why a request was refused.
+///
+/// ```
+/// use slidegate::{Denial, Limit, Limiter, ManualClock};
+///
+/// let limiter = Limiter::<u64>::builder()
+///     .limit(Limit::per_second(2))
+///     .limit(Limit::per_minute(3))
+///     .max_keys(1)
+///     .clock(ManualClock::new())
+///     .build()?;
+/// assert!(limiter.check_n(&1, 2).is_allowed());
+/// assert_eq!(limiter.check(&1).denial(), Some(Denial::Limit(0))); // 2/s is spent
+/// assert_eq!(limiter.check_n(&1, 4).denial(), Some(Denial::CostTooLarge(0))); // never fits
+/// assert_eq!(limiter.check(&2).denial(), Some(Denial::TooManyKeys)); // max_keys(1)
+/// # Ok::<(), slidegate::ConfigError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Denial {

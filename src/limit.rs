@@ -10,12 +10,37 @@ use crate::error::ConfigError;
 /// The most slots one limit may use (one ring of `slots + 1` counters per key).
 ///
 /// 3600 allows an hour at one-second precision; finer rings cost memory on every key.
+///
+/// ```
+/// use std::time::Duration;
+/// use slidegate::{ConfigError, Limit, MAX_SLOTS};
+///
+/// assert!(Limit::per_hour(10).precision(Duration::from_secs(1)).validate().is_ok()); // 3600 slots
+/// let too_fine = Limit::per_hour(10).precision(Duration::from_millis(500));
+/// assert!(matches!(too_fine.validate(), Err(ConfigError::TooManySlots { most: MAX_SLOTS, .. })));
+/// ```
 pub const MAX_SLOTS: u64 = 3600;
 
 /// The largest `max` a limit may have: counts are kept in 32-bit fields.
+///
+/// ```
+/// use slidegate::{ConfigError, Limit, MAX_UNITS};
+///
+/// assert!(Limit::per_second(MAX_UNITS).validate().is_ok());
+/// assert!(matches!(Limit::per_second(MAX_UNITS + 1).validate(), Err(ConfigError::MaxTooLarge { .. })));
+/// ```
 pub const MAX_UNITS: u64 = u32::MAX as u64;
 
 /// How the oldest, partly elapsed slot of a window is counted.
+///
+/// ```
+/// use slidegate::{Accuracy, Limit};
+///
+/// assert_eq!(Limit::per_minute(60).accuracy(), Accuracy::Interpolated); // the default
+/// assert_eq!(Limit::per_minute(60).strict().accuracy(), Accuracy::Strict);
+/// assert_eq!("60/min strict".parse::<Limit>()?.accuracy(), Accuracy::Strict);
+/// # Ok::<(), slidegate::ConfigError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Accuracy {
     /// The oldest slot counts in proportion to the part of it still inside the window (the

@@ -47,6 +47,16 @@ use std::sync::Arc;
 use crate::sync::{AtomicU64, Ordering};
 
 /// The most limits one limiter may apply together (views live on the stack).
+///
+/// ```
+/// use slidegate::{ConfigError, Limit, Limiter, MAX_LIMITS};
+///
+/// let mut builder = Limiter::<u64>::builder();
+/// for n in 0..=MAX_LIMITS as u64 {
+///     builder = builder.limit(Limit::per_second(n + 1));
+/// }
+/// assert!(matches!(builder.build(), Err(ConfigError::TooManyLimits { most: MAX_LIMITS, .. })));
+/// ```
 pub const MAX_LIMITS: usize = 8;
 
 const TOUCHED: usize = 0;
