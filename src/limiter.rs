@@ -13,7 +13,7 @@ use std::borrow::Borrow;
 use std::fmt;
 use std::hash::Hash;
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,12 +40,46 @@ struct Shared<K> {
     /// there (with the map's own).
     hot: HotKeys,
     second_hash: ahash::RandomState,
-    map: DashMap<K, KeyState, ahash::RandomState>,
+    map: DashMap<K, Held, ahash::RandomState>,
     policy: Policy,
     now: Now,
     max_keys: usize,
     /// Keys in the map, kept by insert and remove so `len()` and `max_keys` cost O(1).
     live: AtomicUsize,
+}
+
+/// A key's entry in the map: its state, and a copy of the state's `touched` time that
+/// the sweeper reads without leaving the map's table. The copy is a lower bound: checks
+/// through the per-thread caches do not refresh it, and the sweeper then looks at the state
+/// itself before deciding anything.
+struct Held {
+    touched: AtomicU64,
+    state: KeyState,
+}
+
+impl Held {
+    fn new(state: KeyState) -> Held {
+        Held { touched: AtomicU64::new(state.touched()), state }
+    }
+
+    /// After a check through the map: keep the copy current. It moves once per slot, so
+    /// this writes the entry's line once per slot, not once per check.
+    #[inline]
+    fn refresh(&self) {
+        // Relaxed: a hint (see the type's docs); `retire` decides.
+        let touched = self.state.touched();
+        if touched > self.touched.load(Ordering::Relaxed) {
+            self.touched.store(touched, Ordering::Relaxed);
+        }
+    }
+}
+
+impl std::ops::Deref for Held {
+    type Target = KeyState;
+
+    fn deref(&self) -> &KeyState {
+        &self.state
+    }
 }
 
 /// A keyed sliding-window rate limiter. Cheap to share: `&Limiter` from many threads, or
@@ -169,6 +203,7 @@ where
             let Some(state) = shared.map.get(key) else { break };
             match state.check(policy, now, cost, true) {
                 Outcome::Decided(decision) => {
+                    state.refresh();
                     shared.hot.missed(hashes, &state);
                     return decision;
                 }
@@ -182,7 +217,7 @@ where
             // then check again (the fresh state cannot be expired at `now`).
             if let Some(mut state) = shared.map.get_mut(key) {
                 if state.retire(policy, now) || state.is_retired() {
-                    *state = KeyState::new(policy, now);
+                    *state = Held::new(KeyState::new(policy, now));
                 }
             }
         }
@@ -206,7 +241,7 @@ where
             // the one we check.
             Entry::Occupied(mut entry) => {
                 if entry.get().retire(policy, now) {
-                    entry.insert(KeyState::new(policy, now));
+                    entry.insert(Held::new(KeyState::new(policy, now)));
                 }
                 match entry.get().check(policy, now, cost, true) {
                     Outcome::Decided(decision) => decision,
@@ -224,7 +259,7 @@ where
                     Outcome::Decided(decision) => decision,
                     Outcome::Expired | Outcome::Retired => policy.fresh(cost),
                 };
-                entry.insert(state);
+                entry.insert(Held::new(state));
                 decision
             }
         }
@@ -362,21 +397,29 @@ where
 impl<K: Hash + Eq + Clone> Shared<K> {
     fn sweep(&self) -> usize {
         let now = self.now.nanos();
-        // Collect under the shards' read locks (checks go on), then remove each key under
-        // its shard's write lock if it is still expired there: a check that slipped in
-        // between has refreshed the key and keeps it.
-        let expired: Vec<K> = self
+        let expiry = self.policy.expiry();
+        // Find candidates under the shards' read locks, so checks never wait for the scan: a
+        // key whose in-map copy of `touched` is recent is passed over without a look at its
+        // state. Then each candidate is evicted under its shard's write lock if `retire`
+        // succeeds: it re-checks expiry on the state and, by its CAS, wins or loses against
+        // any check still counting into it, including checks that hold it through a cache.
+        let candidates: Vec<K> = self
             .map
             .iter()
-            .filter(|entry| entry.value().is_expired(&self.policy, now))
+            // Relaxed: a hint; `retire` decides.
+            .filter(|entry| now.saturating_sub(entry.value().touched.load(Ordering::Relaxed)) >= expiry)
             .map(|entry| entry.key().clone())
             .collect();
         let mut evicted = 0;
-        for key in expired {
-            // `retire` re-checks expiry and, by its CAS, wins or loses against any check
-            // still counting into the state, including checks that hold it through a cache.
-            if self.map.remove_if(&key, |_, state| state.retire(&self.policy, now)).is_some() {
-                evicted += 1;
+        for key in candidates {
+            match self.map.remove_if(&key, |_, held| held.retire(&self.policy, now)) {
+                Some(_) => evicted += 1,
+                // Still in use (through a cache, so its copy of `touched` was stale).
+                None => {
+                    if let Some(held) = self.map.get(&key) {
+                        held.refresh();
+                    }
+                }
             }
         }
         self.live.fetch_sub(evicted, Ordering::Relaxed);

@@ -193,6 +193,11 @@ impl Policy {
         Ok(Policy { rules: rules.into_boxed_slice(), words: at, expiry, smallest_max })
     }
 
+    /// A key untouched for this long (ns) holds no count in any window.
+    pub(crate) fn expiry(&self) -> u64 {
+        self.expiry
+    }
+
     /// The limits, in builder order.
     pub fn limits(&self) -> impl Iterator<Item = &Limit> {
         self.rules.iter().map(|r| &r.limit)
@@ -365,6 +370,7 @@ impl KeyState {
         }
     }
 
+    #[cfg(any(test, slidegate_loom))]
     /// `true` when no window of the key holds any count at `now`: the state equals a fresh
     /// one, so dropping it changes no decision.
     pub fn is_expired(&self, policy: &Policy, now: u64) -> bool {
@@ -396,6 +402,13 @@ impl KeyState {
     /// hold it start over on the map. SeqCst: as in [`retire`](Self::retire).
     pub fn retire_now(&self) {
         self.word(TOUCHED).store(RETIRED, Ordering::SeqCst);
+    }
+
+    /// The time of the last admission that moved a slot (`RETIRED`, `u64::MAX`, once
+    /// retired).
+    pub fn touched(&self) -> u64 {
+        // Relaxed: a hint for the sweeper (see `Held` in limiter.rs); `retire` decides.
+        self.word(TOUCHED).load(Ordering::Relaxed)
     }
 
     /// `true` once the state has been retired.

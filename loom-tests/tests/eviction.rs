@@ -68,13 +68,12 @@ fn check_n(shard: &Shard, policy: &Policy, now: u64, cost: u64, cached: Option<&
     }
 }
 
-/// `Shared::sweep` for the one key: an `is_expired` hint under the read lock (`map.iter`),
-/// then `remove_if` retiring under the write lock. `true` if it evicted the key.
+/// `Shared::sweep` for the one key: under the write lock (`map.remove_if`), evict the key if
+/// `retire` succeeds. (The limiter first passes over keys whose in-map copy of `touched` is
+/// recent, under the read lock; that copy is never newer than the state's, so the filter
+/// only ever sends keys on to `retire`, which decides. The model sends every key.) `true`
+/// if it evicted the key.
 fn sweep(shard: &Shard, policy: &Policy, now: u64) -> bool {
-    let hint = shard.read().unwrap().as_ref().is_some_and(|s| s.is_expired(policy, now));
-    if !hint {
-        return false;
-    }
     let mut guard = shard.write().unwrap();
     if guard.as_ref().is_some_and(|s| s.retire(policy, now)) {
         *guard = None;
