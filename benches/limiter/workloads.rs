@@ -154,17 +154,17 @@ pub fn hot_key(c: &impl Contender, iters: u64) -> Duration {
     start.elapsed()
 }
 
+/// `iters` checks cycling through `keys`.
+fn run_cycle(c: &impl Contender, keys: &[u64], iters: u64) {
+    for &key in keys.iter().cycle().take(iters as usize) {
+        black_box(c.check(black_box(key)));
+    }
+}
+
 /// One thread cycling through `keys` (already inserted).
 pub fn cycle(c: &impl Contender, keys: &[u64], iters: u64) -> Duration {
     let start = Instant::now();
-    let mut i = 0;
-    for _ in 0..iters {
-        black_box(c.check(keys[i]));
-        i += 1;
-        if i == keys.len() {
-            i = 0;
-        }
-    }
+    run_cycle(c, keys, iters);
     start.elapsed()
 }
 
@@ -177,14 +177,7 @@ pub fn two_threads<C: Contender>(c: &Arc<C>, iters: u64, keys: impl Fn(usize) ->
             let (c, barrier, keys) = (Arc::clone(c), Arc::clone(&barrier), keys(t));
             thread::spawn(move || {
                 barrier.wait();
-                let mut i = 0;
-                for _ in 0..iters {
-                    black_box(c.check(keys[i]));
-                    i += 1;
-                    if i == keys.len() {
-                        i = 0;
-                    }
-                }
+                run_cycle(&*c, &keys, iters);
             })
         })
         .collect();

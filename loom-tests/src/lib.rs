@@ -40,6 +40,22 @@ mod imp {
         decided(state.check(policy, now, 1, false))
     }
 
+    /// One thread per cost against a fresh state (created at 0) under `limits`, all
+    /// counting at `now`; the state and the decisions, in cost order.
+    pub fn race(limits: &[Limit], now: u64, costs: &[u64]) -> (loom::sync::Arc<KeyState>, Vec<Decision>) {
+        let policy = policy(limits);
+        let state = loom::sync::Arc::new(KeyState::new(&policy, 0));
+        let handles: Vec<_> = costs
+            .iter()
+            .map(|&cost| {
+                let (state, policy) = (loom::sync::Arc::clone(&state), policy.clone());
+                loom::thread::spawn(move || take(&state, &policy, now, cost))
+            })
+            .collect();
+        let decisions = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        (state, decisions)
+    }
+
     /// The units limit `j` of `limits` holds at `now`, as a strict or interpolated estimate
     /// rounded down to whole units (exact for strict limits).
     ///

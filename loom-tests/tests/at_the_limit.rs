@@ -11,27 +11,17 @@
 use std::time::Duration;
 
 use loom::sync::Arc;
-use loom::thread;
+
 use slidegate::model::KeyState;
 use slidegate::{Decision, Limit};
-use slidegate_loom_tests::{peek, policy, take, units, Reached, MS, S};
+use slidegate_loom_tests::{peek, policy, units, Reached, MS, S};
 
 /// Time of every check: inside the slot the state was created in, so no slot moves.
 const NOW: u64 = 500 * MS;
 
 /// Runs one thread per cost against a fresh state, all at `NOW`; decisions in cost order.
 fn race(limit: Limit, costs: &'static [u64]) -> (Arc<KeyState>, Vec<Decision>) {
-    let policy = policy(&[limit]);
-    let state = Arc::new(KeyState::new(&policy, 0));
-    let handles: Vec<_> = costs
-        .iter()
-        .map(|&cost| {
-            let (state, policy) = (Arc::clone(&state), policy.clone());
-            thread::spawn(move || take(&state, &policy, NOW, cost))
-        })
-        .collect();
-    let decisions = handles.into_iter().map(|h| h.join().unwrap()).collect();
-    (state, decisions)
+    slidegate_loom_tests::race(&[limit], NOW, costs)
 }
 
 #[test]

@@ -23,17 +23,7 @@ const NOW: u64 = 500 * MS;
 
 /// One thread per cost against a fresh state under `limits`, all at `NOW`.
 fn race(limits: &[Limit], costs: &'static [u64]) -> (Arc<KeyState>, Vec<Decision>) {
-    let policy = policy(limits);
-    let state = Arc::new(KeyState::new(&policy, 0));
-    let handles: Vec<_> = costs
-        .iter()
-        .map(|&cost| {
-            let (state, policy) = (Arc::clone(&state), policy.clone());
-            thread::spawn(move || take(&state, &policy, NOW, cost))
-        })
-        .collect();
-    let decisions = handles.into_iter().map(|h| h.join().unwrap()).collect();
-    (state, decisions)
+    slidegate_loom_tests::race(limits, NOW, costs)
 }
 
 /// Checks the state `race` left: each limit counts exactly the admitted units, and that is
