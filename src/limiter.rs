@@ -403,13 +403,25 @@ impl<K: Hash + Eq + Clone> Shared<K> {
         // state. Then each candidate is evicted under its shard's write lock if `retire`
         // succeeds: it re-checks expiry on the state and, by its CAS, wins or loses against
         // any check still counting into it, including checks that hold it through a cache.
-        let candidates: Vec<K> = self
-            .map
-            .iter()
-            // Relaxed: a hint; `retire` decides.
-            .filter(|entry| now.saturating_sub(entry.value().touched.load(Ordering::Relaxed)) >= expiry)
-            .map(|entry| entry.key().clone())
-            .collect();
+        let mut candidates = Vec::new();
+        for shard in self.map.shards() {
+            let table = shard.read();
+            // SAFETY: the shard's read guard is held for the whole walk, so no insert or
+            // removal can reallocate the table or move its entries, and the buckets the
+            // iterator yields stay valid (full and initialised) until it is dropped.
+            // `DashMap::iter` walks the table the same way, but clones an `Arc` of the
+            // guard for every entry.
+            #[allow(unsafe_code)]
+            for bucket in unsafe { table.iter() } {
+                // SAFETY: as above; the reference does not outlive `table`.
+                #[allow(unsafe_code)]
+                let (key, held) = unsafe { bucket.as_ref() };
+                // Relaxed: a hint; `retire` decides.
+                if now.saturating_sub(held.get().touched.load(Ordering::Relaxed)) >= expiry {
+                    candidates.push(key.clone());
+                }
+            }
+        }
         let mut evicted = 0;
         for key in candidates {
             match self.map.remove_if(&key, |_, held| held.retire(&self.policy, now)) {
