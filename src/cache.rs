@@ -22,6 +22,7 @@
 
 use std::cell::RefCell;
 
+use crossbeam_utils::CachePadded;
 use thread_local::ThreadLocal;
 
 use crate::window::KeyState;
@@ -39,7 +40,9 @@ struct Entry {
     state: Option<KeyState>,
 }
 
-type Entries = RefCell<[Entry; SLOTS]>;
+/// Padded: each thread writes its `RefCell`'s flag on every check, and must not share a
+/// cache line with another thread's entries.
+type Entries = CachePadded<RefCell<[Entry; SLOTS]>>;
 
 /// The per-thread caches of one limiter.
 pub(crate) struct HotKeys {
@@ -53,7 +56,7 @@ impl HotKeys {
 
     #[inline]
     fn entries(&self) -> &Entries {
-        self.threads.get_or(|| RefCell::new(std::array::from_fn(|_| Entry::default())))
+        self.threads.get_or(|| CachePadded::new(RefCell::new(std::array::from_fn(|_| Entry::default()))))
     }
 
     /// Runs `check` on this thread's cached state of the key with hashes `(hash, check)`,

@@ -34,7 +34,7 @@
 //! `limiter.rs` (the keyed map, the builder, sweeping), `clock.rs`, `decision.rs`,
 //! `error.rs`, and `sync.rs` (the atomics shim that lets `loom` check `window.rs`).
 
-// One `unsafe` block in the crate: the sweeper's walk of a shard under its read lock
+// `unsafe` appears in one place: the sweeper's walk of a shard under its read lock
 // (`limiter.rs`). Everything else is safe code.
 #![deny(unsafe_code)]
 #![warn(unsafe_op_in_unsafe_fn)]
