@@ -59,18 +59,20 @@ impl HotKeys {
         self.threads.get_or(|| CachePadded::new(RefCell::new(std::array::from_fn(|_| Entry::default()))))
     }
 
-    /// Runs `check` on this thread's cached state of the key with hashes `(hash, check)`,
-    /// if any. `check` returns `None` when the state cannot answer (retired, or expired and
-    /// in need of the map): the entry is then dropped and the caller goes to the map.
+    /// Runs `check` on this thread's cached state of the key with hash `hash` and second
+    /// hash `second()` (computed only when `hash` matches), if any. `check` returns `None`
+    /// when the state cannot answer (retired, or expired and in need of the map): the entry
+    /// is then dropped and the caller goes to the map.
     #[inline]
     pub(crate) fn with_cached<R>(
         &self,
-        (hash, second): (u64, u64),
+        hash: u64,
+        second: impl FnOnce() -> u64,
         check: impl FnOnce(&KeyState) -> Option<R>,
     ) -> Option<R> {
         let mut entries = self.entries().try_borrow_mut().ok()?;
         let entry = entries.get_mut(slot(hash))?;
-        if entry.hash != hash || entry.check != second {
+        if entry.hash != hash || entry.state.is_none() || entry.check != second() {
             return None;
         }
         let answer = check(entry.state.as_ref()?);
@@ -80,17 +82,18 @@ impl HotKeys {
         answer
     }
 
-    /// Tells the cache that the key with hashes `(hash, check)` missed it and was found in
-    /// the map as `state`: on the second miss in a row on its entry, it is cached.
+    /// Tells the cache that the key with hash `hash` (and second hash `second()`, computed
+    /// only if it is cached now) missed it and was found in the map as `state`: on the
+    /// second miss in a row on its entry, it is cached.
     #[inline]
-    pub(crate) fn missed(&self, (hash, second): (u64, u64), state: &KeyState) {
+    pub(crate) fn missed(&self, hash: u64, second: impl FnOnce() -> u64, state: &KeyState) {
         let Ok(mut entries) = self.entries().try_borrow_mut() else { return };
         let Some(entry) = entries.get_mut(slot(hash)) else { return };
         if entry.missed != hash {
             entry.missed = hash;
             return;
         }
-        *entry = Entry { hash, check: second, missed: 0, state: Some(state.clone()) };
+        *entry = Entry { hash, check: second(), missed: 0, state: Some(state.clone()) };
     }
 }
 

@@ -191,11 +191,13 @@ where
             return policy.never(index, room);
         }
         // A key this thread checks again and again: no map, no shard lock (see `cache.rs`).
-        let hashes = (shared.map.hasher().hash_one(key), shared.second_hash.hash_one(key));
-        let cached = shared.hot.with_cached(hashes, |state| match state.check(policy, now, cost, true) {
-            Outcome::Decided(decision) => Some(decision),
-            Outcome::Expired | Outcome::Retired => None,
-        });
+        let hash = shared.map.hasher().hash_one(key);
+        let second = || shared.second_hash.hash_one(key);
+        let cached =
+            shared.hot.with_cached(hash, second, |state| match state.check(policy, now, cost, true) {
+                Outcome::Decided(decision) => Some(decision),
+                Outcome::Expired | Outcome::Retired => None,
+            });
         if let Some(decision) = cached {
             return decision;
         }
@@ -204,7 +206,7 @@ where
             match state.check(policy, now, cost, true) {
                 Outcome::Decided(decision) => {
                     state.refresh();
-                    shared.hot.missed(hashes, &state);
+                    shared.hot.missed(hash, second, &state);
                     return decision;
                 }
                 // Expired, or (defensively: a state is retired only as it leaves the map)

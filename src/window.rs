@@ -794,8 +794,14 @@ impl KeyState {
                 continue;
             }
             // Need whole·p + oldest·(p − e) ≤ room·p, i.e. e ≥ (whole + oldest − room)·p / oldest.
-            let excess = u128::from((whole + oldest).saturating_sub(room));
-            let need = u64::try_from((excess * p).div_ceil(u128::from(oldest))).unwrap_or(u64::MAX);
+            let excess = (whole + oldest).saturating_sub(room);
+            // 64-bit division when the product fits (a 128-bit one is a slow library call).
+            let need = match excess.checked_mul(rule.precision) {
+                Some(product) => product.div_ceil(oldest),
+                None => {
+                    u64::try_from((u128::from(excess) * p).div_ceil(u128::from(oldest))).unwrap_or(u64::MAX)
+                }
+            };
             let at = need.max(from);
             if at < rule.precision {
                 return rule.time_of(slot, at);
