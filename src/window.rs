@@ -406,6 +406,7 @@ impl KeyState {
 
     /// The time of the last admission that moved a slot (`RETIRED`, `u64::MAX`, once
     /// retired).
+    #[inline]
     pub fn touched(&self) -> u64 {
         // Relaxed: a hint for the sweeper (see `Held` in limiter.rs); `retire` decides.
         self.word(TOUCHED).load(Ordering::Relaxed)
