@@ -164,7 +164,7 @@ where
     /// Checks a request weighing `cost` units. It is admitted only if every limit has room
     /// for all of it, and then counted in every limit; a refused request changes nothing.
     /// A cost of 0 consumes nothing and never inserts a key. A cost above some limit's
-    /// `max` is refused with [`Denial::CostTooLarge`] and no `retry_after`.
+    /// `max` is refused with [`Denial::CostTooLarge`](crate::Denial::CostTooLarge) and no `retry_after`.
     ///
     /// ```
     /// use slidegate::{Denial, Limit, Limiter};
@@ -269,7 +269,7 @@ where
 
     /// Would a request of cost 1 be admitted now? Consumes nothing and inserts no key;
     /// `remaining()` is what it would be if the request were admitted. For a key not held
-    /// while the table is at `max_keys`, the answer is [`Denial::TooManyKeys`], as a check
+    /// while the table is at `max_keys`, the answer is [`Denial::TooManyKeys`](crate::Denial::TooManyKeys), as a check
     /// would be.
     ///
     /// ```
@@ -370,7 +370,7 @@ where
     }
 
     /// The limits this limiter applies, in builder order (the index a
-    /// [`Denial::Limit`] names).
+    /// [`Denial::Limit`](crate::Denial::Limit) names).
     ///
     /// ```
     /// use slidegate::{Limit, Limiter};
@@ -522,7 +522,7 @@ where
     }
 
     /// Holds at most `max_keys` keys: a new key beyond that is refused with
-    /// [`Denial::TooManyKeys`], and nothing already held is touched. Default: unbounded.
+    /// [`Denial::TooManyKeys`](crate::Denial::TooManyKeys), and nothing already held is touched. Default: unbounded.
     ///
     /// ```
     /// use slidegate::{Denial, Limit, Limiter};
