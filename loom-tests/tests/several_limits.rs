@@ -93,10 +93,7 @@ fn rollback_after_the_slot_closed_over_counts_at_most_its_cost() {
     ];
     static REACHED: Reached<(u64, u64)> = Reached::new();
     loom::model(|| {
-        let limits = [
-            Limit::new(10, Duration::from_secs(2)).precision(Duration::from_secs(1)).strict(),
-            Limit::new(1, Duration::from_millis(500)).strict(),
-        ];
+        let limits = closer_and_gate();
         let policy = policy(&limits);
         let state = Arc::new(KeyState::new(&policy, 0));
         let spawn = |now| {
@@ -134,10 +131,7 @@ fn rollback_races_a_closer() {
     const LEGAL: [(u64, u64); 2] = [(2, 0), (2, 1)];
     static REACHED: Reached<(u64, u64)> = Reached::new();
     loom::model(|| {
-        let limits = [
-            Limit::new(10, Duration::from_secs(2)).precision(Duration::from_secs(1)).strict(),
-            Limit::new(1, Duration::from_millis(500)).strict(),
-        ];
+        let limits = closer_and_gate();
         let policy = policy(&limits);
         let state = Arc::new(KeyState::new(&policy, 0));
         let t = {
@@ -156,4 +150,13 @@ fn rollback_races_a_closer() {
         REACHED.record((admitted, held - admitted), &LEGAL);
     });
     REACHED.assert_all(&LEGAL);
+}
+
+/// The two limits of the rollback-meets-a-closed-slot models: 10 per 2 s in 1 s slots (the
+/// one whose slot closes) and 1 per 0.5 s (the one that refuses and forces the rollback).
+fn closer_and_gate() -> [Limit; 2] {
+    [
+        Limit::new(10, Duration::from_secs(2)).precision(Duration::from_secs(1)).strict(),
+        Limit::new(1, Duration::from_millis(500)).strict(),
+    ]
 }
