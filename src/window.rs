@@ -796,6 +796,10 @@ impl KeyState {
             }
             // Need whole·p + oldest·(p − e) ≤ room·p, i.e. e ≥ (whole + oldest − room)·p / oldest.
             let excess = (whole + oldest).saturating_sub(room);
+            if excess >= oldest {
+                // The crossing point is at or past the slot's end: the next slot decides.
+                continue;
+            }
             // 64-bit division when the product fits (a 128-bit one is a slow library call).
             let need = match excess.checked_mul(rule.precision) {
                 Some(product) => product.div_ceil(oldest),
