@@ -103,6 +103,20 @@ pub enum ConfigError {
     ZeroMaxKeys,
     /// A zero sweep interval would spin the sweeper.
     ZeroSweepInterval,
+    /// A [`SlidingLog`](crate::Algorithm::SlidingLog) limit whose `max` would make each
+    /// key's log too large (one 8-byte timestamp per unit in the window).
+    LogTooLong {
+        /// The offending limit.
+        limit: Limit,
+        /// The largest `max` a log limit may have ([`MAX_LOG_UNITS`](crate::MAX_LOG_UNITS)).
+        most: u64,
+    },
+    /// A [`Gcra`](crate::Algorithm::Gcra) limit of more than one unit per nanosecond: the
+    /// emission interval `window / max` would round to zero.
+    RateTooHigh {
+        /// The offending limit.
+        limit: Limit,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -154,6 +168,20 @@ impl fmt::Display for ConfigError {
             }
             ConfigError::ZeroMaxKeys => f.write_str("max_keys is 0, so every key would be refused"),
             ConfigError::ZeroSweepInterval => f.write_str("the sweep interval is zero"),
+            ConfigError::LogTooLong { limit, most } => write!(
+                f,
+                "limit {limit}: a sliding log keeps one 8-byte timestamp per unit, and {} units \
+                 per window would let each key's log reach {} bytes; at most {most} units per \
+                 window (count in larger units, or use the sliding window)",
+                limit.max(),
+                limit.max().saturating_mul(8)
+            ),
+            ConfigError::RateTooHigh { limit } => write!(
+                f,
+                "limit {limit}: GCRA spaces units at least 1 ns apart, and {} per {:?} is faster",
+                limit.max(),
+                limit.window()
+            ),
         }
     }
 }

@@ -34,12 +34,14 @@
 //! `limiter.rs` (the keyed map, the builder, sweeping), `clock.rs`, `decision.rs`,
 //! `error.rs`, and `sync.rs` (the atomics shim that lets `loom` check `window.rs`).
 
-// `unsafe` appears in one place: the sweeper's walk of a shard under its read lock
-// (`limiter.rs`). Everything else is safe code.
+// `unsafe` appears in two places: the sweeper's walk of a shard under its read lock
+// (`limiter.rs`), and the sliding log's shared snapshots (`algorithm/log.rs`). Everything
+// else is safe code.
 #![deny(unsafe_code)]
 #![warn(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+mod algorithm;
 mod background;
 mod cache;
 mod clock;
@@ -51,6 +53,7 @@ mod limiter;
 mod sync;
 mod window;
 
+pub use algorithm::{Algorithm, MAX_LOG_UNITS};
 pub use clock::ManualClock;
 pub use decision::{Decision, Denial};
 pub use error::ConfigError;
@@ -63,6 +66,7 @@ pub use window::MAX_LIMITS;
 #[cfg(slidegate_loom)]
 #[doc(hidden)]
 pub mod model {
+    pub use crate::algorithm::Algorithm;
     pub use crate::window::{KeyState, Outcome, Policy};
 }
 

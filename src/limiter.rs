@@ -20,6 +20,7 @@ use std::time::Duration;
 use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
 
+use crate::algorithm::Algorithm;
 use crate::background::Periodic;
 use crate::cache::HotKeys;
 use crate::clock::{start_coarse_clock, ManualClock, Now};
@@ -46,6 +47,14 @@ struct Shared<K> {
     max_keys: usize,
     /// Keys in the map, kept by insert and remove so `len()` and `max_keys` cost O(1).
     live: AtomicUsize,
+    /// [`Shared::release_all`] for this `K` (`Drop` cannot require `K: Hash + Eq`).
+    on_drop: fn(&Shared<K>),
+}
+
+impl<K> Drop for Shared<K> {
+    fn drop(&mut self) {
+        (self.on_drop)(self);
+    }
 }
 
 /// A key's entry in the map: its state, and a copy of the state's `touched` time that
@@ -133,6 +142,7 @@ where
     /// ```
     pub fn builder() -> LimiterBuilder<K> {
         LimiterBuilder {
+            algorithm: Algorithm::default(),
             limits: Vec::new(),
             clock: None,
             max_keys: None,
@@ -315,7 +325,7 @@ where
     {
         let Some((_, state)) = self.shared.map.remove(key) else { return false };
         // Checks that hold the state through a cache start over on the map.
-        state.retire_now();
+        state.retire_now(&self.shared.policy);
         self.shared.live.fetch_sub(1, Ordering::Relaxed);
         true
     }
@@ -394,9 +404,31 @@ where
     pub fn state_bytes_per_key(&self) -> usize {
         self.shared.policy.words_per_key() * 8
     }
+
+    /// The algorithm every limit runs.
+    ///
+    /// ```
+    /// use slidegate::{Algorithm, Limit, Limiter};
+    /// let limiter = Limiter::<u64>::builder().limit(Limit::per_second(10)).build()?;
+    /// assert_eq!(limiter.algorithm(), Algorithm::SlidingWindow);
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn algorithm(&self) -> Algorithm {
+        self.shared.policy.algorithm()
+    }
 }
 
 impl<K: Hash + Eq + Clone> Shared<K> {
+    /// Frees what the held states own beyond their words (sliding logs), as the limiter
+    /// goes away.
+    fn release_all(&self) {
+        if self.policy.algorithm() == Algorithm::SlidingLog {
+            for held in self.map.iter() {
+                held.retire_now(&self.policy);
+            }
+        }
+    }
+
     fn sweep(&self) -> usize {
         let now = self.now.nanos();
         let expiry = self.policy.expiry();
@@ -467,6 +499,7 @@ impl<K> fmt::Debug for Limiter<K> {
 /// ```
 #[must_use = "a builder does nothing until .build()"]
 pub struct LimiterBuilder<K> {
+    algorithm: Algorithm,
     limits: Vec<Limit>,
     clock: Option<ManualClock>,
     max_keys: Option<usize>,
@@ -478,6 +511,7 @@ pub struct LimiterBuilder<K> {
 impl<K> fmt::Debug for LimiterBuilder<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LimiterBuilder")
+            .field("algorithm", &self.algorithm)
             .field("limits", &self.limits)
             .field("manual_clock", &self.clock.is_some())
             .field("max_keys", &self.max_keys)
@@ -504,6 +538,22 @@ where
     /// ```
     pub fn limit(mut self, limit: Limit) -> Self {
         self.limits.push(limit);
+        self
+    }
+
+    /// Chooses how every limit counts (default: [`Algorithm::SlidingWindow`]).
+    ///
+    /// ```
+    /// use slidegate::{Algorithm, Limit, Limiter};
+    /// let limiter = Limiter::<u64>::builder()
+    ///     .algorithm(Algorithm::FixedWindow)
+    ///     .limit(Limit::per_minute(100))
+    ///     .build()?;
+    /// assert_eq!(limiter.algorithm(), Algorithm::FixedWindow);
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
+        self.algorithm = algorithm;
         self
     }
 
@@ -579,7 +629,7 @@ where
     /// # Ok::<(), slidegate::ConfigError>(())
     /// ```
     pub fn build(self) -> Result<Limiter<K>, ConfigError> {
-        let policy = Policy::new(&self.limits)?;
+        let policy = Policy::with_algorithm(&self.limits, self.algorithm)?;
         if self.max_keys == Some(0) {
             return Err(ConfigError::ZeroMaxKeys);
         }
@@ -606,6 +656,7 @@ where
             now,
             max_keys: self.max_keys.unwrap_or(usize::MAX),
             live: AtomicUsize::new(0),
+            on_drop: Shared::release_all,
         });
         let sweeper = match ticker {
             None => None,

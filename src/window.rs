@@ -38,11 +38,13 @@
 
 use std::time::Duration;
 
+use std::sync::Arc;
+
+use crate::algorithm::{Algorithm, Fixed, Gcra, Log};
 use crate::decision::Decision;
 use crate::divisor::Divisor;
 use crate::error::ConfigError;
 use crate::limit::{Accuracy, Limit};
-use std::sync::Arc;
 
 use crate::sync::{AtomicU64, Ordering};
 
@@ -62,24 +64,24 @@ pub const MAX_LIMITS: usize = 8;
 const TOUCHED: usize = 0;
 
 #[inline]
-fn pack(slot: u64, count: u64) -> u64 {
+pub(crate) fn pack(slot: u64, count: u64) -> u64 {
     // Truncation to 32 bits is the point: see the module docs on tags.
     ((slot as u32 as u64) << 32) | (count.min(u64::from(u32::MAX)))
 }
 
 #[inline]
-fn tag_of(word: u64) -> u32 {
+pub(crate) fn tag_of(word: u64) -> u32 {
     (word >> 32) as u32
 }
 
 #[inline]
-fn count_of(word: u64) -> u64 {
+pub(crate) fn count_of(word: u64) -> u64 {
     word & 0xFFFF_FFFF
 }
 
 /// Signed distance from tag `b` to tag `a`, in slots (valid while below 2³¹).
 #[inline]
-fn tag_distance(a: u32, b: u32) -> i64 {
+pub(crate) fn tag_distance(a: u32, b: u32) -> i64 {
     i64::from(a.wrapping_sub(b) as i32)
 }
 
@@ -87,35 +89,46 @@ fn tag_distance(a: u32, b: u32) -> i64 {
 #[derive(Debug, Clone)]
 pub(crate) struct Rule {
     pub(crate) limit: Limit,
-    max: u64,
+    pub(crate) max: u64,
     /// Slot length in ns.
-    precision: u64,
+    pub(crate) precision: u64,
     /// Slots per window.
     slots: u64,
     /// `slots + 1`: ring positions, and also the slot-index offset that keeps
     /// `k - ring` from going below zero.
     ring: u64,
     strict: bool,
-    /// Index of this limit's `cur` word. With more than one slot a `sum` word follows it,
+    /// Index of this limit's first word (`cur` for the sliding and fixed windows). With more than one slot a `sum` word follows it,
     /// then the ring.
     at: usize,
     /// Index of the first ring word.
     ring_at: usize,
     /// `precision` and `ring` as fast divisors.
-    by_precision: Divisor,
+    pub(crate) by_precision: Divisor,
     by_ring: Divisor,
+    /// Window length in ns.
+    pub(crate) window: u64,
+    /// GCRA: ns between two units at the sustained rate (`window / max`, rounded up), and
+    /// the burst tolerance `max × interval`.
+    pub(crate) interval: u64,
+    pub(crate) burst: u64,
 }
 
 impl Rule {
     #[inline]
-    fn slot_of(&self, now: u64) -> (u64, u64) {
+    pub(crate) fn slot_of(&self, now: u64) -> (u64, u64) {
         let (slot, elapsed) = self.by_precision.div_rem(now);
         (slot + self.ring, elapsed)
     }
 
     #[inline]
-    fn time_of(&self, slot: u64, elapsed: u64) -> u64 {
+    pub(crate) fn time_of(&self, slot: u64, elapsed: u64) -> u64 {
         slot.saturating_sub(self.ring).saturating_mul(self.precision).saturating_add(elapsed)
+    }
+
+    #[inline]
+    pub(crate) fn at(&self) -> usize {
+        self.at
     }
 
     #[inline]
@@ -136,6 +149,7 @@ impl Rule {
 /// The compiled set of limits a limiter applies to every key.
 #[derive(Debug, Clone)]
 pub struct Policy {
+    algorithm: Algorithm,
     rules: Box<[Rule]>,
     words: usize,
     /// A key untouched for this long (ns) holds no count in any window.
@@ -145,8 +159,14 @@ pub struct Policy {
 }
 
 impl Policy {
-    /// Validates `limits` together and lays out the per-key words.
+    /// Validates `limits` together for the sliding window and lays out the per-key words.
+    #[cfg(any(test, slidegate_loom))]
     pub fn new(limits: &[Limit]) -> Result<Policy, ConfigError> {
+        Policy::with_algorithm(limits, Algorithm::SlidingWindow)
+    }
+
+    /// Validates `limits` together for `algorithm` and lays out the per-key words.
+    pub fn with_algorithm(limits: &[Limit], algorithm: Algorithm) -> Result<Policy, ConfigError> {
         if limits.is_empty() {
             return Err(ConfigError::NoLimits);
         }
@@ -157,15 +177,21 @@ impl Policy {
         let mut at = TOUCHED + 1;
         for limit in limits {
             limit.validate()?;
-            let precision = nanos(limit.get_precision());
-            let slots = limit.slots();
+            algorithm.validate(limit)?;
+            let window = nanos(limit.window());
+            // A fixed window is one slot as long as the window.
+            let (precision, slots) = match algorithm {
+                Algorithm::FixedWindow => (window, 1),
+                _ => (nanos(limit.get_precision()), limit.slots()),
+            };
             // validate() bounds slots by MAX_SLOTS, so none of this can overflow.
             let ring_at = at + 1 + usize::from(slots > 1);
             let (Some(by_precision), Some(by_ring)) = (Divisor::new(precision), Divisor::new(slots + 1))
             else {
                 return Err(ConfigError::ZeroPrecision { limit: *limit });
             };
-            rules.push(Rule {
+            let interval = window.div_ceil(limit.max().max(1));
+            let rule = Rule {
                 limit: *limit,
                 max: limit.max(),
                 precision,
@@ -176,11 +202,16 @@ impl Policy {
                 ring_at,
                 by_precision,
                 by_ring,
-            });
-            at = ring_at + slots as usize + 1;
+                window,
+                interval,
+                burst: interval.saturating_mul(limit.max()),
+            };
+            at += algorithm.words(&rule);
+            rules.push(rule);
         }
-        let expiry =
-            rules.iter().map(|r| nanos(r.limit.window()).saturating_add(r.precision)).max().unwrap_or(0);
+        // How long after the start of its slot an admitted unit can still count.
+        let held = |r: &Rule| if algorithm == Algorithm::Gcra { r.burst } else { r.window };
+        let expiry = rules.iter().map(|r| held(r).saturating_add(r.precision)).max().unwrap_or(0);
         for r in &rules {
             if expiry / r.precision + 1 >= 1 << 30 {
                 return Err(ConfigError::SpanTooWide {
@@ -190,12 +221,17 @@ impl Policy {
             }
         }
         let smallest_max = rules.iter().map(|r| r.max).min().unwrap_or(0);
-        Ok(Policy { rules: rules.into_boxed_slice(), words: at, expiry, smallest_max })
+        Ok(Policy { algorithm, rules: rules.into_boxed_slice(), words: at, expiry, smallest_max })
     }
 
     /// A key untouched for this long (ns) holds no count in any window.
     pub(crate) fn expiry(&self) -> u64 {
         self.expiry
+    }
+
+    /// The algorithm every limit of the policy runs.
+    pub fn algorithm(&self) -> Algorithm {
+        self.algorithm
     }
 
     /// The limits, in builder order.
@@ -241,7 +277,7 @@ fn nanos(d: Duration) -> u64 {
 
 /// One limit as a check sees it: what is in the window now, and what a commit would write.
 #[derive(Debug, Clone, Copy, Default)]
-struct View {
+pub(crate) struct View {
     /// The slot this view is for (may be later than the caller's clock if another thread
     /// has already moved on), and ns elapsed in it.
     slot: u64,
@@ -329,6 +365,90 @@ pub enum Outcome {
     Retired,
 }
 
+/// One algorithm's counters for one limit of a key, as the admission protocol of
+/// [`KeyState::check`] drives them: read a view (loads only), decide from it, publish an
+/// admission with one CAS that fails if the view is stale, take it back if a later limit
+/// refuses. The sliding window is [`Sliding`], below; the others are in `algorithm/`.
+pub(crate) trait Counter {
+    /// One limit as a check sees it.
+    type View: Copy + Default;
+    /// Held for the whole check: what a view points to stays valid until it drops.
+    type Pin;
+    fn pin() -> Self::Pin;
+    /// Words per limit.
+    fn words(rule: &Rule) -> usize;
+    /// Writes the limit's words as empty at `now` (before the state is shared).
+    fn reset(state: &KeyState, rule: &Rule, now: u64);
+    fn view(state: &KeyState, rule: &Rule, now: u64, expired: bool) -> Self::View;
+    /// The view found the state retired under it (the check starts over on the map).
+    fn retired(view: &Self::View) -> bool;
+    fn admits(rule: &Rule, view: &Self::View, cost: u64) -> bool;
+    /// Counts `cost` as of the view; `false` if the state changed since.
+    fn commit(state: &KeyState, rule: &Rule, view: &Self::View, cost: u64) -> bool;
+    /// Takes back a commit of `cost` made from `view`, when a later limit refused.
+    fn rollback(state: &KeyState, rule: &Rule, view: &Self::View, cost: u64);
+    /// Whole units still free after `cost` more.
+    fn room(rule: &Rule, view: &Self::View, cost: u64) -> u64;
+    /// The earliest time (ns) at which `cost` fits, if nothing else is admitted.
+    fn admissible_at(state: &KeyState, rule: &Rule, view: &Self::View, cost: u64) -> u64;
+    /// The slot (of the limit's precision) and ns into it that the view counts at:
+    /// `touched` must cover it after a commit.
+    fn at(view: &Self::View) -> (u64, u64);
+}
+
+/// The sliding-window counter (interpolated or strict): the module docs describe it.
+pub(crate) struct Sliding;
+
+impl Counter for Sliding {
+    type View = View;
+    type Pin = ();
+    #[inline(always)]
+    fn pin() {}
+    fn words(rule: &Rule) -> usize {
+        1 + usize::from(rule.slots > 1) + rule.ring as usize
+    }
+    fn reset(state: &KeyState, rule: &Rule, now: u64) {
+        let (slot, _) = rule.slot_of(now);
+        state.word(rule.at).store(pack(slot, 0), Ordering::Relaxed);
+        if let Some(at) = rule.sum_word() {
+            state.word(at).store(pack(slot, 0), Ordering::Relaxed);
+        }
+        for i in slot - rule.ring..slot {
+            state.word(rule.position(i)).store(pack(i, 0), Ordering::Relaxed);
+        }
+    }
+    #[inline(always)]
+    fn view(state: &KeyState, rule: &Rule, now: u64, expired: bool) -> View {
+        state.view(rule, now, expired)
+    }
+    #[inline(always)]
+    fn retired(_: &View) -> bool {
+        false
+    }
+    #[inline(always)]
+    fn admits(rule: &Rule, view: &View, cost: u64) -> bool {
+        view.admits(rule, cost)
+    }
+    #[inline(always)]
+    fn commit(state: &KeyState, rule: &Rule, view: &View, cost: u64) -> bool {
+        state.commit(rule, view, cost)
+    }
+    fn rollback(state: &KeyState, rule: &Rule, view: &View, cost: u64) {
+        state.rollback(rule, view.slot, cost);
+    }
+    #[inline(always)]
+    fn room(rule: &Rule, view: &View, cost: u64) -> u64 {
+        view.room(rule, cost)
+    }
+    fn admissible_at(state: &KeyState, rule: &Rule, view: &View, cost: u64) -> u64 {
+        state.admissible_at(rule, view, cost)
+    }
+    #[inline(always)]
+    fn at(view: &View) -> (u64, u64) {
+        (view.slot, view.elapsed)
+    }
+}
+
 /// `touched` of a retired state: later than any time, so it never looks expired, and
 /// recognisable by every check that still holds the state.
 const RETIRED: u64 = u64::MAX;
@@ -350,7 +470,7 @@ impl KeyState {
     }
 
     #[inline]
-    fn word(&self, index: usize) -> &AtomicU64 {
+    pub(crate) fn word(&self, index: usize) -> &AtomicU64 {
         &self.words[index]
     }
 
@@ -359,13 +479,11 @@ impl KeyState {
     fn reset(&self, policy: &Policy, now: u64) {
         self.word(TOUCHED).store(now.min(RETIRED - 1), Ordering::Relaxed);
         for rule in policy.rules.iter() {
-            let (slot, _) = rule.slot_of(now);
-            self.word(rule.at).store(pack(slot, 0), Ordering::Relaxed);
-            if let Some(at) = rule.sum_word() {
-                self.word(at).store(pack(slot, 0), Ordering::Relaxed);
-            }
-            for i in slot - rule.ring..slot {
-                self.word(rule.position(i)).store(pack(i, 0), Ordering::Relaxed);
+            match policy.algorithm {
+                Algorithm::SlidingWindow => Sliding::reset(self, rule, now),
+                Algorithm::FixedWindow => Fixed::reset(self, rule, now),
+                Algorithm::SlidingLog => Log::reset(self, rule, now),
+                Algorithm::Gcra => Gcra::reset(self, rule, now),
             }
         }
     }
@@ -391,17 +509,32 @@ impl KeyState {
     /// fails (unless that slot is expired at `now`, the exception above).
     pub fn retire(&self, policy: &Policy, now: u64) -> bool {
         let touched = self.word(TOUCHED).load(Ordering::Relaxed);
-        now.saturating_sub(touched) >= policy.expiry
+        let retired = now.saturating_sub(touched) >= policy.expiry
             && self
                 .word(TOUCHED)
                 .compare_exchange(touched, RETIRED, Ordering::SeqCst, Ordering::Relaxed)
-                .is_ok()
+                .is_ok();
+        if retired {
+            self.release(policy);
+        }
+        retired
     }
 
     /// Retires the state whatever it holds (an explicit reset of the key): checks that still
     /// hold it start over on the map. SeqCst: as in [`retire`](Self::retire).
-    pub fn retire_now(&self) {
+    pub fn retire_now(&self, policy: &Policy) {
         self.word(TOUCHED).store(RETIRED, Ordering::SeqCst);
+        self.release(policy);
+    }
+
+    /// After retirement: frees what the state owns beyond its words (a sliding log's
+    /// entries). Checks that still hold the state see it retired and start over.
+    fn release(&self, policy: &Policy) {
+        if policy.algorithm == Algorithm::SlidingLog {
+            for rule in policy.rules.iter() {
+                Log::release(self, rule);
+            }
+        }
     }
 
     /// The time of the last admission that moved a slot (`RETIRED`, `u64::MAX`, once
@@ -429,9 +562,21 @@ impl KeyState {
     /// any limit's `max` (see [`Policy::oversized`]).
     #[inline]
     pub fn check(&self, policy: &Policy, now: u64, cost: u64, commit: bool) -> Outcome {
+        match policy.algorithm {
+            Algorithm::SlidingWindow => self.check_with::<Sliding>(policy, now, cost, commit),
+            Algorithm::FixedWindow => self.check_with::<Fixed>(policy, now, cost, commit),
+            Algorithm::SlidingLog => self.check_with::<Log>(policy, now, cost, commit),
+            Algorithm::Gcra => self.check_with::<Gcra>(policy, now, cost, commit),
+        }
+    }
+
+    #[inline(always)]
+    fn check_with<A: Counter>(&self, policy: &Policy, now: u64, cost: u64, commit: bool) -> Outcome {
+        // Whatever a view points to stays valid until the check ends.
+        let _pin = A::pin();
         match &policy.rules[..] {
-            [rule] => self.check_one(policy, rule, now, cost, commit),
-            _ => self.check_all(policy, now, cost, commit),
+            [rule] => self.check_one::<A>(policy, rule, now, cost, commit),
+            _ => self.check_all::<A>(policy, now, cost, commit),
         }
     }
 
@@ -453,24 +598,33 @@ impl KeyState {
     /// [`check`](Self::check) for a policy of one limit: the same steps as
     /// [`check_all`](Self::check_all) with one view on the stack and nothing to roll back.
     #[inline(always)]
-    fn check_one(&self, policy: &Policy, rule: &Rule, now: u64, cost: u64, commit: bool) -> Outcome {
+    fn check_one<A: Counter>(
+        &self,
+        policy: &Policy,
+        rule: &Rule,
+        now: u64,
+        cost: u64,
+        commit: bool,
+    ) -> Outcome {
         loop {
             let (touched, expired) = match self.begin(policy, now, cost, commit) {
                 Ok(begun) => begun,
                 Err(outcome) => return outcome,
             };
-            let view = self.view(rule, now, expired);
-            let admits = view.admits(rule, cost);
-            if !admits || !commit || cost == 0 {
-                return Outcome::Decided(self.decide(policy, &[view], now, cost, admits));
+            let view = A::view(self, rule, now, expired);
+            if A::retired(&view) {
+                return Outcome::Retired;
             }
-            if self.commit(rule, &view, cost) {
-                self.touch(touched, now, [(rule, &view)]);
+            let admits = A::admits(rule, &view, cost);
+            if !admits || !commit || cost == 0 {
+                return Outcome::Decided(self.decide::<A>(policy, &[view], now, cost, admits));
+            }
+            if A::commit(self, rule, &view, cost) {
+                self.touch::<A>(touched, now, [(rule, &view)]);
                 if self.lost_to_retirement() {
                     return Outcome::Retired;
                 }
-                let remaining = view.room(rule, cost);
-                return Outcome::Decided(Decision::allowed(remaining, 0));
+                return Outcome::Decided(Decision::allowed(A::room(rule, &view, cost), 0));
             }
         }
     }
@@ -479,14 +633,20 @@ impl KeyState {
     /// what makes expiry and eviction safe). That changes once per slot boundary, not per
     /// check. A view may have adopted a slot later than `now`: cover it too.
     #[inline(always)]
-    fn touch<'a>(
+    fn touch<'a, A: Counter>(
         &self,
         touched: u64,
         now: u64,
-        committed: impl IntoIterator<Item = (&'a Rule, &'a View)> + Clone,
-    ) {
-        if committed.clone().into_iter().any(|(r, v)| r.time_of(v.slot, 0) > touched) {
-            let used = committed.into_iter().map(|(r, v)| r.time_of(v.slot, v.elapsed));
+        committed: impl IntoIterator<Item = (&'a Rule, &'a A::View)> + Clone,
+    ) where
+        A::View: 'a,
+    {
+        let start = |(r, v): (&Rule, &A::View)| r.time_of(A::at(v).0, 0);
+        if committed.clone().into_iter().any(|c| start(c) > touched) {
+            let used = committed.into_iter().map(|(r, v)| {
+                let (slot, elapsed) = A::at(v);
+                r.time_of(slot, elapsed)
+            });
             // SeqCst: pairs with the CAS in `retire` (see there).
             // A clock saturated at u64::MAX must not read as RETIRED.
             let used = used.fold(now, u64::max).min(RETIRED - 1);
@@ -497,9 +657,9 @@ impl KeyState {
     /// [`check`](Self::check) for several limits: read a view of each, and if all admit,
     /// commit limit by limit, rolling back and starting over if a later limit lost its room
     /// to a racing check meanwhile.
-    fn check_all(&self, policy: &Policy, now: u64, cost: u64, commit: bool) -> Outcome {
+    fn check_all<A: Counter>(&self, policy: &Policy, now: u64, cost: u64, commit: bool) -> Outcome {
         let rules = &policy.rules[..];
-        let mut views = [View::default(); MAX_LIMITS];
+        let mut views = [A::View::default(); MAX_LIMITS];
         'attempt: loop {
             let (touched, expired) = match self.begin(policy, now, cost, commit) {
                 Ok(begun) => begun,
@@ -507,33 +667,36 @@ impl KeyState {
             };
             let mut admits = true;
             for (rule, view) in rules.iter().zip(views.iter_mut()) {
-                *view = self.view(rule, now, expired);
-                admits &= view.admits(rule, cost);
+                *view = A::view(self, rule, now, expired);
+                if A::retired(view) {
+                    return Outcome::Retired;
+                }
+                admits &= A::admits(rule, view, cost);
             }
             if !admits || !commit || cost == 0 {
-                return Outcome::Decided(self.decide(policy, &views, now, cost, admits));
+                return Outcome::Decided(self.decide::<A>(policy, &views, now, cost, admits));
             }
             for (j, rule) in rules.iter().enumerate() {
                 loop {
                     let view = &mut views[j];
-                    if self.commit(rule, view, cost) {
+                    if A::commit(self, rule, view, cost) {
                         break;
                     }
-                    *view = self.view(rule, now, false);
-                    if !view.admits(rule, cost) {
+                    *view = A::view(self, rule, now, false);
+                    if A::retired(view) || !A::admits(rule, view, cost) {
                         for (done, v) in rules.iter().zip(views.iter()).take(j) {
-                            self.rollback(done, v.slot, cost);
+                            A::rollback(self, done, v, cost);
                         }
                         continue 'attempt;
                     }
                 }
             }
             let views = &views[..rules.len()];
-            self.touch(touched, now, rules.iter().zip(views));
+            self.touch::<A>(touched, now, rules.iter().zip(views));
             if self.lost_to_retirement() {
                 return Outcome::Retired;
             }
-            return Outcome::Decided(self.decide(policy, views, now, cost, true));
+            return Outcome::Decided(self.decide::<A>(policy, views, now, cost, true));
         }
     }
 
@@ -726,21 +889,28 @@ impl KeyState {
         }
     }
 
-    fn decide(&self, policy: &Policy, views: &[View], now: u64, cost: u64, allowed: bool) -> Decision {
+    fn decide<A: Counter>(
+        &self,
+        policy: &Policy,
+        views: &[A::View],
+        now: u64,
+        cost: u64,
+        allowed: bool,
+    ) -> Decision {
         let rules = policy.rules.iter().zip(views.iter());
         if allowed {
             let (tightest, remaining) = rules
-                .map(|(rule, view)| view.room(rule, cost))
+                .map(|(rule, view)| A::room(rule, view, cost))
                 .enumerate()
                 .min_by_key(|&(_, room)| room)
                 .unwrap_or((0, 0));
             return Decision::allowed(remaining, tightest);
         }
-        let remaining = rules.clone().map(|(rule, view)| view.room(rule, 0)).min().unwrap_or(0);
+        let remaining = rules.clone().map(|(rule, view)| A::room(rule, view, 0)).min().unwrap_or(0);
         let (limit, at) = rules
             .enumerate()
-            .filter(|(_, (rule, view))| !view.admits(rule, cost))
-            .map(|(j, (rule, view))| (j, self.admissible_at(rule, view, cost)))
+            .filter(|(_, (rule, view))| !A::admits(rule, view, cost))
+            .map(|(j, (rule, view))| (j, A::admissible_at(self, rule, view, cost)))
             .max_by_key(|&(j, at)| (at, std::cmp::Reverse(j)))
             .unwrap_or((0, now));
         Decision::limited(limit, remaining, at.saturating_sub(now))
@@ -918,7 +1088,7 @@ mod tests {
             assert_eq!(state.check(&policy, 2 * S, 1, commit), Outcome::Retired);
         }
         let reset = KeyState::new(&policy, 0);
-        reset.retire_now();
+        reset.retire_now(&policy);
         assert_eq!(reset.check(&policy, 0, 1, true), Outcome::Retired);
         // A clock saturated at the end of time is not the RETIRED marker.
         let late = KeyState::new(&policy, u64::MAX);

@@ -1,6 +1,7 @@
 //! Property test of the limiter against an exact reference model: a log of every admitted
-//! `(time, cost)` per key, from which each limit's sliding-window count is recomputed from
-//! scratch at every step. Random limits (strict or interpolated), keys and operations
+//! `(time, cost)` per key, from which each limit's count (sliding window, fixed window,
+//! sliding log or GCRA's theoretical arrival time, per the algorithm drawn) is recomputed
+//! from scratch at every step. Random limits (strict or interpolated), keys and operations
 //! (clock moves, checks of any cost, peeks, resets, sweeps); every `Decision` must match the
 //! model exactly, `retry_after` must be the earliest nanosecond at which the model admits the
 //! same request, sweeps must evict only empty keys and change no decision, and the log of
@@ -12,7 +13,10 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::{FileFailurePersistence, TestCaseError};
-use slidegate::{Accuracy, Decision, Denial, Limit, Limiter, ManualClock};
+use slidegate::{Accuracy, Algorithm, Decision, Denial, Limit, Limiter, ManualClock};
+
+const ALGORITHMS: [Algorithm; 4] =
+    [Algorithm::SlidingWindow, Algorithm::FixedWindow, Algorithm::SlidingLog, Algorithm::Gcra];
 
 const NS_PER_MS: u64 = 1_000_000;
 const NS_PER_S: u64 = 1_000_000_000;
@@ -30,23 +34,71 @@ struct Rule {
     /// Slots per window.
     n: u64,
     strict: bool,
+    algorithm: Algorithm,
+    /// GCRA: ns per unit (`window / max` rounded up) and the tolerance `max × interval`.
+    interval: u64,
+    burst: u64,
 }
 
 impl Rule {
-    fn of(limit: &Limit) -> Rule {
+    fn of(limit: &Limit, algorithm: Algorithm) -> Rule {
         let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap();
+        let window = ns(limit.window());
+        let interval = window.div_ceil(limit.max());
+        let p = if algorithm == Algorithm::FixedWindow { window } else { ns(limit.get_precision()) };
         Rule {
             max: limit.max(),
-            window: ns(limit.window()),
-            p: ns(limit.get_precision()),
+            window,
+            p,
             n: limit.slots(),
             strict: limit.accuracy() == Accuracy::Strict,
+            algorithm,
+            interval,
+            burst: interval * limit.max(),
         }
     }
 
-    /// The window's count at `t`, times `p`: slots `k-n+1 ..= k` whole, slot `k-n` whole
-    /// (strict) or weighted by `(p - e) / p` (interpolated), where `k = t / p`, `e = t % p`.
+    /// How long after the start of its slot a unit may still count (the limiter's expiry).
+    fn expiry(&self) -> u64 {
+        let held = if self.algorithm == Algorithm::Gcra { self.burst } else { self.window };
+        held + self.p
+    }
+
+    /// The scale of [`scaled`](Self::scaled): `p` for the interpolated window, else 1.
+    fn scale(&self) -> u128 {
+        if self.algorithm == Algorithm::SlidingWindow {
+            u128::from(self.p)
+        } else {
+            1
+        }
+    }
+
+    /// GCRA's theoretical arrival time after the log, and after `cost` more at `t`.
+    fn tat(&self, log: &[(u64, u64)], t: u64, cost: u64) -> u64 {
+        let tat = log.iter().fold(0, |tat: u64, &(at, c)| tat.max(at) + c * self.interval);
+        tat.max(t) + cost * self.interval
+    }
+
+    /// What the limit counts at `t`, times [`scale`](Self::scale) (GCRA: ns of backlog).
     fn scaled(&self, log: &[(u64, u64)], t: u64) -> u128 {
+        match self.algorithm {
+            Algorithm::SlidingWindow => self.sliding(log, t),
+            Algorithm::FixedWindow => log
+                .iter()
+                .filter(|&&(at, _)| at / self.window == t / self.window)
+                .map(|&(_, c)| u128::from(c))
+                .sum(),
+            Algorithm::SlidingLog => {
+                log.iter().filter(|&&(at, _)| at + self.window > t).map(|&(_, c)| u128::from(c)).sum()
+            }
+            Algorithm::Gcra => u128::from(self.tat(log, t, 0) - t),
+        }
+    }
+
+    /// The sliding window's count at `t`, times `p`: slots `k-n+1 ..= k` whole, slot `k-n`
+    /// whole (strict) or weighted by `(p - e) / p` (interpolated), where `k = t / p`,
+    /// `e = t % p`.
+    fn sliding(&self, log: &[(u64, u64)], t: u64) -> u128 {
         let (k, e) = (t / self.p, t % self.p);
         let (mut whole, mut oldest) = (0u128, 0u128);
         for &(at, cost) in log {
@@ -63,13 +115,19 @@ impl Rule {
     }
 
     fn admits(&self, log: &[(u64, u64)], t: u64, cost: u64) -> bool {
-        let p = u128::from(self.p);
+        if self.algorithm == Algorithm::Gcra {
+            return self.tat(log, t, cost) - t <= self.burst;
+        }
+        let p = self.scale();
         self.scaled(log, t) + u128::from(cost) * p <= u128::from(self.max) * p
     }
 
     /// Whole units still free at `t` after `cost` more, rounded down.
     fn room(&self, log: &[(u64, u64)], t: u64, cost: u64) -> u64 {
-        let p = u128::from(self.p);
+        if self.algorithm == Algorithm::Gcra {
+            return self.burst.saturating_sub(self.tat(log, t, cost) - t) / self.interval;
+        }
+        let p = self.scale();
         let free = (u128::from(self.max) * p).saturating_sub(self.scaled(log, t) + u128::from(cost) * p);
         u64::try_from(free / p).unwrap()
     }
@@ -80,8 +138,9 @@ impl Rule {
         if self.admits(log, now, cost) {
             return now;
         }
-        // Every logged unit is at most `now`, so two windows and two slots later none counts.
-        let (mut refused, mut admitted) = (now, now + 2 * self.window + 2 * self.p);
+        // Every logged unit is at most `now`, so two windows and two slots (and a GCRA
+        // burst) later none counts.
+        let (mut refused, mut admitted) = (now, now + 2 * self.window + 2 * self.p + self.burst);
         assert!(self.admits(log, admitted, cost));
         while admitted - refused > 1 {
             let mid = refused + (admitted - refused) / 2;
@@ -143,7 +202,7 @@ struct Model {
 
 impl Model {
     fn new(rules: Vec<Rule>, keys: usize) -> Model {
-        let expiry = rules.iter().map(|r| r.window + r.p).max().unwrap();
+        let expiry = rules.iter().map(Rule::expiry).max().unwrap();
         let keys =
             (0..keys).map(|_| KeyModel { log: Vec::new(), earlier: Vec::new(), held: Held::No }).collect();
         Model { rules, now: 0, expiry, keys }
@@ -313,15 +372,15 @@ fn compare(
     Ok(())
 }
 
-fn run(limits: &[Limit], keys: usize, ops: &[Op]) -> Result<(), TestCaseError> {
+fn run(algorithm: Algorithm, limits: &[Limit], keys: usize, ops: &[Op]) -> Result<(), TestCaseError> {
     let clock = ManualClock::new();
-    let mut builder = Limiter::<u64>::builder().clock(clock.clone());
+    let mut builder = Limiter::<u64>::builder().clock(clock.clone()).algorithm(algorithm);
     for limit in limits {
         builder = builder.limit(*limit);
     }
     let limiter = builder.build().unwrap();
     prop_assert!(limiter.limits().eq(limits.iter()));
-    let mut model = Model::new(limits.iter().map(Rule::of).collect(), keys);
+    let mut model = Model::new(limits.iter().map(|l| Rule::of(l, algorithm)).collect(), keys);
 
     for (step, op) in ops.iter().enumerate() {
         match *op {
@@ -433,7 +492,21 @@ fn run(limits: &[Limit], keys: usize, ops: &[Op]) -> Result<(), TestCaseError> {
         for log in k.earlier.iter().chain(std::iter::once(&k.log)) {
             for (i, rule) in model.rules.iter().enumerate() {
                 let densest = densest(log, rule.window);
-                if rule.strict {
+                let exact = rule.algorithm == Algorithm::SlidingLog;
+                let sliding = rule.algorithm == Algorithm::SlidingWindow;
+                if exact || sliding && rule.strict {
+                    prop_assert!(densest <= rule.max, "key {} limit {}: {} in one window", key, i, densest);
+                } else if !sliding {
+                    // Fixed window and GCRA: a full window's worth on each side of a boundary
+                    // (or a full bucket, then its refill).
+                    prop_assert!(
+                        densest <= 2 * rule.max,
+                        "key {} limit {}: {} in one window",
+                        key,
+                        i,
+                        densest
+                    );
+                } else if rule.strict {
                     prop_assert!(densest <= rule.max, "key {} limit {}: {} in one window", key, i, densest);
                 } else {
                     prop_assert!(
@@ -450,11 +523,11 @@ fn run(limits: &[Limit], keys: usize, ops: &[Op]) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-/// The most units logged in any closed interval `[t, t + window]`.
+/// The most units logged in any interval `[t, t + window)`.
 fn densest(log: &[(u64, u64)], window: u64) -> u64 {
     let mut best = 0;
     for (i, &(start, _)) in log.iter().enumerate() {
-        let inside = log[i..].iter().take_while(|&&(at, _)| at <= start + window).map(|&(_, c)| c).sum();
+        let inside = log[i..].iter().take_while(|&&(at, _)| at < start + window).map(|&(_, c)| c).sum();
         best = best.max(inside);
     }
     best
@@ -470,27 +543,35 @@ proptest! {
 
     #[test]
     fn limiter_matches_the_exact_model(
+        algorithm in prop::sample::select(ALGORITHMS.to_vec()),
         limits in limits(),
         keys in 1usize..=3,
         ops in prop::collection::vec(op(), 1..200),
     ) {
-        run(&limits, keys, &ops)?;
+        run(algorithm, &limits, keys, &ops)?;
     }
 }
 
 /// The model itself, on the seed article's worked example and on hand-computed retry times.
 #[test]
 fn the_model_computes_the_worked_examples() {
-    let rule = Rule::of(&Limit::per_minute(500).precision(Duration::from_secs(60)));
+    let rule = Rule::of(&Limit::per_minute(500).precision(Duration::from_secs(60)), Algorithm::SlidingWindow);
     let log = [(10 * NS_PER_S, 400), (100 * NS_PER_S, 250)];
     assert_eq!(rule.scaled(&log, 105 * NS_PER_S), 350 * u128::from(rule.p));
     assert_eq!(rule.room(&log, 105 * NS_PER_S, 1), 149);
 
     // 10/s, 10 units at 0: one more fits once 10 × (1 − f) ≤ 9, at 1.1 s; strict at 2 s.
     let log = [(0, 10)];
-    let interpolated = Rule::of(&Limit::per_second(10));
+    let interpolated = Rule::of(&Limit::per_second(10), Algorithm::SlidingWindow);
     assert_eq!(interpolated.earliest(&log, 0, 1), 1_100 * NS_PER_MS);
-    assert_eq!(Rule::of(&Limit::per_second(10).strict()).earliest(&log, 0, 1), 2 * NS_PER_S);
+    let strict = Rule::of(&Limit::per_second(10).strict(), Algorithm::SlidingWindow);
+    assert_eq!(strict.earliest(&log, 0, 1), 2 * NS_PER_S);
+    // The other algorithms on the same log: the fixed window and the log free up at 1 s,
+    // GCRA one interval (100 ms) after the 10-unit burst.
+    let log_at = |algorithm| Rule::of(&Limit::per_second(10), algorithm).earliest(&log, 0, 1);
+    assert_eq!(log_at(Algorithm::FixedWindow), NS_PER_S);
+    assert_eq!(log_at(Algorithm::SlidingLog), NS_PER_S);
+    assert_eq!(log_at(Algorithm::Gcra), 100 * NS_PER_MS);
     assert_eq!(densest(&[(0, 3), (NS_PER_S, 4), (NS_PER_S + 1, 5)], NS_PER_S), 9);
 }
 
@@ -511,5 +592,7 @@ fn a_fixed_boundary_heavy_sequence_matches_the_model() {
             ops.push(Op::Sweep);
         }
     }
-    run(&limits, 2, &ops).unwrap();
+    for algorithm in ALGORITHMS {
+        run(algorithm, &limits, 2, &ops).unwrap();
+    }
 }

@@ -1,0 +1,249 @@
+//! The sliding log: per limit, one word pointing to an immutable, sorted snapshot of the
+//! timestamps (ns) of the admitted units still inside the window. An admission builds the
+//! next snapshot (the entries still in the window, plus `cost` copies of its time) and
+//! publishes it with one CAS on the word; the replaced snapshot is freed through
+//! `crossbeam-epoch` once no check can still be reading it. A refusal writes nothing.
+//!
+//! The word holds `EMPTY` (no entries, no allocation), `DETACHED` (the state was retired:
+//! checks start over on the map, and nothing may be published into it again), or the
+//! address of a snapshot `[len, t₀ ≤ t₁ ≤ … ≤ t_len−1]` allocated as one boxed slice.
+
+// The snapshots are shared through raw addresses, so this module reads and frees them with
+// `unsafe`; each use says why it is sound.
+#![allow(unsafe_code)]
+
+use crate::sync::Ordering;
+use crate::window::{Counter, KeyState, Rule};
+
+const EMPTY: u64 = 0;
+/// Never an address: snapshots are 8-byte aligned.
+const DETACHED: u64 = 1;
+
+pub(crate) struct Log;
+
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct View {
+    /// The slot (of the limit's precision) and ns into it of `stamp`, for `touched`.
+    slot: u64,
+    elapsed: u64,
+    /// The time an admission from this view records: `now`, or the newest entry if a
+    /// racing check's clock is ahead (entries stay sorted).
+    stamp: u64,
+    /// The word as loaded: the commit's expected value.
+    seen: u64,
+    /// Entries in the snapshot, and the index of the first one still inside the window.
+    len: usize,
+    first: usize,
+    retired: bool,
+}
+
+impl View {
+    fn in_window(&self) -> u64 {
+        (self.len - self.first) as u64
+    }
+}
+
+/// The entries of the snapshot at `bits` (not `EMPTY` nor `DETACHED`).
+///
+/// # Safety
+/// `bits` was loaded from a log word while the caller's [`reclaim::Pin`] was held, and the
+/// pin is still held: snapshots are freed only through [`reclaim::defer_free`] after they
+/// have been unlinked from their word, so it cannot be freed before the pin is dropped.
+unsafe fn entries<'pin>(bits: u64) -> &'pin [u64] {
+    let base = bits as usize as *const u64;
+    // SAFETY: per the contract, `base` points to a live `[len, entries...]` allocation
+    // written before the Release CAS that published it (the load that produced `bits` was
+    // Acquire), and snapshots are never written after publication.
+    unsafe {
+        let len = *base as usize;
+        std::slice::from_raw_parts(base.add(1), len)
+    }
+}
+
+/// Allocates a snapshot holding `entries` (sorted); `EMPTY` if there are none.
+fn publishable(entries: impl ExactSizeIterator<Item = u64>) -> u64 {
+    if entries.len() == 0 {
+        return EMPTY;
+    }
+    let snapshot: Box<[u64]> = std::iter::once(entries.len() as u64).chain(entries).collect();
+    Box::into_raw(snapshot) as *mut u64 as usize as u64
+}
+
+/// Frees a snapshot.
+///
+/// # Safety
+/// `bits` came from [`publishable`], is not `EMPTY`, and no thread can read it any more
+/// (it was never shared, or it was unlinked and every pin that could see it has dropped).
+unsafe fn free(bits: u64) {
+    let base = bits as usize as *mut u64;
+    // SAFETY: per the contract, `base` is the start of a live boxed slice of `len + 1`
+    // words that nothing else references; rebuilding the box frees it exactly once.
+    unsafe {
+        let len = *base as usize;
+        drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(base, len + 1)));
+    }
+}
+
+#[cfg(not(slidegate_loom))]
+mod reclaim {
+    /// Held by a check while it reads snapshots.
+    pub(super) type Pin = crossbeam_epoch::Guard;
+
+    pub(super) fn pin() -> Pin {
+        crossbeam_epoch::pin()
+    }
+
+    /// Frees the unlinked snapshot `bits` once no pinned check can still read it.
+    pub(super) fn defer_free(bits: u64) {
+        let guard = crossbeam_epoch::pin();
+        // SAFETY: the caller has just unlinked `bits` from its word (its CAS or swap
+        // succeeded), so only checks pinned before now can hold it, and the epoch runs the
+        // closure only after all of them have unpinned.
+        unsafe { guard.defer_unchecked(move || super::free(bits)) }
+    }
+}
+
+/// Under loom the models check the CAS protocol; unlinked snapshots are leaked rather than
+/// handed to crossbeam-epoch, which loom does not drive.
+#[cfg(slidegate_loom)]
+mod reclaim {
+    pub(super) type Pin = ();
+
+    pub(super) fn pin() {}
+
+    pub(super) fn defer_free(_: u64) {}
+}
+
+impl Log {
+    /// Unlinks the limit's snapshot from a retired state and frees it once no check reads it.
+    pub(crate) fn release(state: &KeyState, rule: &Rule) {
+        // AcqRel: Acquire pairs with the Release CAS that published the snapshot we free;
+        // Release orders the retirement before it for checks that load `DETACHED`.
+        let bits = state.word(rule.at()).swap(DETACHED, Ordering::AcqRel);
+        if bits != EMPTY && bits != DETACHED {
+            reclaim::defer_free(bits);
+        }
+    }
+
+    /// Publishes `next` in place of `seen`; `false` (and `next` freed) if the word changed.
+    fn replace(state: &KeyState, rule: &Rule, seen: u64, next: u64) -> bool {
+        // Release pairs with the Acquire loads in `view` and `rollback`: the snapshot's
+        // entries, written before, are visible to whoever loads its address.
+        match state.word(rule.at()).compare_exchange(seen, next, Ordering::Release, Ordering::Relaxed) {
+            Ok(_) => {
+                if seen != EMPTY {
+                    reclaim::defer_free(seen);
+                }
+                true
+            }
+            Err(_) => {
+                if next != EMPTY {
+                    // SAFETY: `next` was never published: this thread alone knows it.
+                    unsafe { free(next) };
+                }
+                false
+            }
+        }
+    }
+}
+
+impl Counter for Log {
+    type View = View;
+    type Pin = reclaim::Pin;
+    #[inline]
+    fn pin() -> reclaim::Pin {
+        reclaim::pin()
+    }
+    fn words(_: &Rule) -> usize {
+        1
+    }
+    fn reset(state: &KeyState, rule: &Rule, _: u64) {
+        state.word(rule.at()).store(EMPTY, Ordering::Relaxed);
+    }
+    fn view(state: &KeyState, rule: &Rule, now: u64, expired: bool) -> View {
+        // Acquire: pairs with the Release CAS in `replace` (see there).
+        let seen = state.word(rule.at()).load(Ordering::Acquire);
+        let (slot, elapsed) = rule.slot_of(now);
+        let mut view = View { slot, elapsed, stamp: now, seen, ..View::default() };
+        if seen == DETACHED {
+            view.retired = true;
+            return view;
+        }
+        if seen == EMPTY || expired {
+            // An expired key's entries are all outside the window: a peek sees none.
+            view.first = view.len;
+            return view;
+        }
+        // SAFETY: loaded just above, under the check's pin (`check_with`).
+        let entries = unsafe { entries(seen) };
+        view.len = entries.len();
+        // A unit at `t` counts while `now < t + window`.
+        view.first = entries.partition_point(|&t| t.saturating_add(rule.window) <= now);
+        if let Some(&newest) = entries.last() {
+            if newest > now {
+                view.stamp = newest;
+                (view.slot, view.elapsed) = rule.slot_of(newest);
+            }
+        }
+        view
+    }
+    #[inline]
+    fn retired(view: &View) -> bool {
+        view.retired
+    }
+    fn admits(rule: &Rule, view: &View, cost: u64) -> bool {
+        view.in_window() + cost <= rule.max
+    }
+    fn commit(state: &KeyState, rule: &Rule, view: &View, cost: u64) -> bool {
+        let kept: &[u64] = if view.seen == EMPTY || view.first == view.len {
+            &[]
+        } else {
+            // SAFETY: `view.seen` was loaded in `view` under the pin this check still holds.
+            let entries = unsafe { entries(view.seen) };
+            &entries[view.first..]
+        };
+        let added = std::iter::repeat(view.stamp).take(cost as usize);
+        let next = publishable(kept.iter().copied().chain(added).collect::<Vec<_>>().into_iter());
+        Log::replace(state, rule, view.seen, next)
+    }
+    fn rollback(state: &KeyState, rule: &Rule, view: &View, cost: u64) {
+        loop {
+            // Acquire: as in `view`.
+            let cur = state.word(rule.at()).load(Ordering::Acquire);
+            if cur == EMPTY || cur == DETACHED {
+                return;
+            }
+            // SAFETY: loaded just above, under the check's pin.
+            let entries = unsafe { entries(cur) };
+            // Our units are `cost` entries equal to our stamp (any entries with that time
+            // are interchangeable); some may have left the window and been dropped already.
+            let from = entries.partition_point(|&t| t < view.stamp);
+            let to = entries.partition_point(|&t| t <= view.stamp);
+            let gone = (to - from).min(cost as usize);
+            if gone == 0 {
+                return;
+            }
+            let rest = entries[..to - gone].iter().chain(&entries[to..]).copied();
+            let next = publishable(rest.collect::<Vec<_>>().into_iter());
+            if Log::replace(state, rule, cur, next) {
+                return;
+            }
+        }
+    }
+    fn room(rule: &Rule, view: &View, cost: u64) -> u64 {
+        rule.max.saturating_sub(view.in_window() + cost)
+    }
+    fn admissible_at(_: &KeyState, rule: &Rule, view: &View, cost: u64) -> u64 {
+        let excess = (view.in_window() + cost).saturating_sub(rule.max) as usize;
+        if excess == 0 || view.seen == EMPTY {
+            return view.stamp;
+        }
+        // SAFETY: `view.seen` was loaded in `view` under the pin this check still holds.
+        let entries = unsafe { entries(view.seen) };
+        // `cost` fits once the `excess` oldest units in the window have left it.
+        entries.get(view.first + excess - 1).map_or(view.stamp, |t| t.saturating_add(rule.window))
+    }
+    fn at(view: &View) -> (u64, u64) {
+        (view.slot, view.elapsed)
+    }
+}
