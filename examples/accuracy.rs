@@ -19,7 +19,7 @@ use std::fmt::Write as _;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use slidegate::{Algorithm, Limit, Limiter, ManualClock};
+use slidegate::{Algorithm, ConfigError, Limit, Limiter, ManualClock};
 
 /// The limit every pattern is replayed against: 100 units per minute.
 const MAX: u64 = 100;
@@ -36,6 +36,12 @@ struct Contender {
     bound: f64,
     /// `true` if no decision may differ from the exact log's.
     exact: bool,
+}
+
+impl Contender {
+    fn limiter(&self, clock: &ManualClock) -> Result<Limiter<u64>, ConfigError> {
+        Limiter::builder().algorithm(self.algorithm).limit(self.limit).clock(clock.clone()).build()
+    }
 }
 
 fn contenders() -> Vec<Contender> {
@@ -192,14 +198,9 @@ struct Outcome {
 }
 
 /// Replays `pattern` through `contender` for `duration` ns.
-fn replay(contender: &Contender, pattern: &Pattern, duration: u64) -> Outcome {
+fn replay(contender: &Contender, pattern: &Pattern, duration: u64) -> Result<Outcome, ConfigError> {
     let clock = ManualClock::new();
-    let limiter = Limiter::<u64>::builder()
-        .algorithm(contender.algorithm)
-        .limit(contender.limit)
-        .clock(clock.clone())
-        .build()
-        .unwrap_or_else(|e| panic!("{}: {e}", contender.name));
+    let limiter = contender.limiter(&clock)?;
     let keys = match pattern.traffic {
         Traffic::Fixed(_) => 1,
         Traffic::Stampede { keys, .. } => keys,
@@ -266,39 +267,29 @@ fn replay(contender: &Contender, pattern: &Pattern, duration: u64) -> Outcome {
         }
     }
     out.granted = out.admitted as f64 / (keys * MAX) as f64 / (duration as f64 / WINDOW as f64);
-    out
+    Ok(out)
 }
 
 /// Bytes of state per key: the limiter's words, plus for the log its snapshot when the
 /// window is full (a length word and one timestamp per unit).
-fn bytes_per_key(contender: &Contender) -> usize {
-    let limiter = Limiter::<u64>::builder()
-        .algorithm(contender.algorithm)
-        .limit(contender.limit)
-        .clock(ManualClock::new())
-        .build()
-        .unwrap_or_else(|e| panic!("{}: {e}", contender.name));
+fn bytes_per_key(contender: &Contender) -> Result<usize, ConfigError> {
+    let limiter = contender.limiter(&ManualClock::new())?;
     let log = if contender.algorithm == Algorithm::SlidingLog { 8 * (1 + MAX as usize) } else { 0 };
-    limiter.state_bytes_per_key() + log
+    Ok(limiter.state_bytes_per_key() + log)
 }
 
 /// ns per check on one hot key offered exactly the limit (every check admitted, the clock
 /// moving one period per check): the admitting path of each algorithm, log copy included.
-fn ns_per_check(contender: &Contender, checks: u64) -> f64 {
+fn ns_per_check(contender: &Contender, checks: u64) -> Result<f64, ConfigError> {
     let clock = ManualClock::new();
-    let limiter = Limiter::<u64>::builder()
-        .algorithm(contender.algorithm)
-        .limit(contender.limit)
-        .clock(clock.clone())
-        .build()
-        .unwrap_or_else(|e| panic!("{}: {e}", contender.name));
+    let limiter = contender.limiter(&clock)?;
     let period = Duration::from_nanos(WINDOW / MAX);
     let start = Instant::now();
     for _ in 0..checks {
         clock.advance(period);
         let _ = black_box(limiter.check(black_box(&7)));
     }
-    start.elapsed().as_nanos() as f64 / checks as f64
+    Ok(start.elapsed().as_nanos() as f64 / checks as f64)
 }
 
 fn pct(part: u64, whole: u64) -> f64 {
@@ -372,7 +363,7 @@ fn svg(contenders: &[Contender], patterns: &[Pattern], results: &[Vec<Outcome>])
     s
 }
 
-fn main() {
+fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let quick = args.iter().any(|a| a == "--quick");
     let path_after = |flag: &str| args.windows(2).find(|w| w[0] == flag).map(|w| w[1].clone());
@@ -380,8 +371,10 @@ fn main() {
     let duration = windows * WINDOW;
     let contenders = contenders();
     let patterns = patterns(windows);
-    let results: Vec<Vec<Outcome>> =
-        contenders.iter().map(|c| patterns.iter().map(|p| replay(c, p, duration)).collect()).collect();
+    let results = contenders
+        .iter()
+        .map(|c| patterns.iter().map(|p| replay(c, p, duration)).collect::<Result<Vec<_>, _>>())
+        .collect::<Result<Vec<_>, _>>()?;
 
     println!(
         "slidegate accuracy lab: limit {MAX}/min, {windows} windows per pattern, seeded \
@@ -421,13 +414,12 @@ fn main() {
     println!("\nCost per key, and ns per check on one hot key offered exactly the limit (every check admitted; this column alone depends on the machine):\n");
     println!("| algorithm | state bytes per key | ns per check |\n|---|---:|---:|");
     for c in &contenders {
-        // Median of 5 interleaved runs would need all contenders per round; one warm-up run
-        // first, then the median of 5.
-        let _ = ns_per_check(c, checks / 10);
-        let mut runs: Vec<f64> = (0..5).map(|_| ns_per_check(c, checks)).collect();
+        // One warm-up run, then the median of 5.
+        ns_per_check(c, checks / 10)?;
+        let mut runs = (0..5).map(|_| ns_per_check(c, checks)).collect::<Result<Vec<f64>, _>>()?;
         runs.sort_by(f64::total_cmp);
         let log = if c.algorithm == Algorithm::SlidingLog { " (full window)" } else { "" };
-        println!("| {} | {} B{log} | {:.1} |", c.name, bytes_per_key(c), runs[2]);
+        println!("| {} | {} B{log} | {:.1} |", c.name, bytes_per_key(c)?, runs[2]);
     }
 
     if let Some(path) = path_after("--csv") {
@@ -450,12 +442,12 @@ fn main() {
                 );
             }
         }
-        std::fs::write(&path, csv).unwrap_or_else(|e| panic!("cannot write {path}: {e}"));
+        std::fs::write(&path, csv).map_err(|e| format!("cannot write {path}: {e}"))?;
         println!("\nCSV written to {path}");
     }
     if let Some(path) = path_after("--svg") {
         std::fs::write(&path, svg(&contenders, &patterns, &results))
-            .unwrap_or_else(|e| panic!("cannot write {path}: {e}"));
+            .map_err(|e| format!("cannot write {path}: {e}"))?;
         println!("SVG written to {path}");
     }
 
@@ -480,4 +472,5 @@ fn main() {
         std::process::exit(1);
     }
     println!("\nEvery algorithm within its documented bound on every pattern.");
+    Ok(())
 }
