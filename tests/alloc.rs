@@ -1,13 +1,14 @@
 //! The hidden-cost guard: a check on a key the limiter already holds allocates nothing,
 //! whether it goes through the map or through the per-thread cache, admitted or refused,
-//! with one limit or several. A counting global allocator sees every allocation of the
+//! with one limit or several, for every algorithm but the sliding log (whose admissions
+//! allocate its new snapshot; its refusals must not). A counting global allocator sees every allocation of the
 //! process; this file holds a single test so no other test thread allocates meanwhile, and
 //! the limiter runs on a `ManualClock` so it has no background thread either.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::time::Duration;
 
-use slidegate::{Limit, Limiter, ManualClock};
+use slidegate::{Algorithm, Limit, Limiter, ManualClock};
 
 #[allow(dead_code)]
 mod support {
@@ -18,51 +19,85 @@ use support::counting_alloc::{allocations_during, Counting};
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
 
-#[test]
-fn checks_on_existing_keys_do_not_allocate() {
-    let clock = ManualClock::new();
-    let limiter = Limiter::<String>::builder()
+/// Checks every key (map path), then one hot key (cache path), through slots, minutes and
+/// hours; returns (admitted, refused).
+fn exercise(limiter: &Limiter<String>, clock: &ManualClock, keys: &[String]) -> (u64, u64) {
+    let (mut admitted, mut refused) = (0, 0);
+    for round in 0..200u64 {
+        // Move through slots, minutes and hours so slot rotation is on the path too.
+        clock.advance(Duration::from_millis(137 + round * 31));
+        for key in keys {
+            let d = limiter.check(key.as_str());
+            if d.is_allowed() {
+                admitted += 1;
+            } else {
+                refused += 1;
+            }
+            let _ = limiter.check_n(key.as_str(), 2);
+            let _ = limiter.peek(key.as_str());
+        }
+        // The same hot key again and again: the per-thread cache's path.
+        for _ in 0..50 {
+            let _ = limiter.check("client-7");
+        }
+    }
+    (admitted, refused)
+}
+
+fn limiter(algorithm: Algorithm, clock: &ManualClock) -> Limiter<String> {
+    Limiter::<String>::builder()
+        .algorithm(algorithm)
         .limit(Limit::per_second(10))
         .limit(Limit::per_minute(120))
         .limit(Limit::per_hour(240).precision(Duration::from_secs(60)))
         .clock(clock.clone())
         .build()
-        .unwrap();
+        .unwrap()
+}
+
+#[test]
+fn checks_on_existing_keys_do_not_allocate() {
     let keys: Vec<String> = (0..64).map(|i| format!("client-{i}")).collect();
-    // Insert every key (allocating its state and its map entry) and warm the cache up.
-    for key in &keys {
-        for _ in 0..3 {
-            let _ = limiter.check(key.as_str());
+    // The sliding log allocates a new snapshot per admission by design; every other
+    // algorithm must not allocate at all.
+    for algorithm in [Algorithm::SlidingWindow, Algorithm::FixedWindow, Algorithm::Gcra] {
+        let clock = ManualClock::new();
+        let limiter = limiter(algorithm, &clock);
+        // Insert every key (allocating its state and its map entry) and warm the cache up.
+        for key in &keys {
+            for _ in 0..3 {
+                let _ = limiter.check(key.as_str());
+            }
         }
+        let mut seen = (0, 0);
+        let n = allocations_during(|| seen = exercise(&limiter, &clock, &keys));
+        let (admitted, refused) = seen;
+        assert!(admitted > 0 && refused > 0, "{algorithm:?}: {admitted} admitted, {refused} refused");
+        assert_eq!(n, 0, "{algorithm:?}: checks on existing keys allocated {n} times");
+        // The guard itself works: a new key does allocate.
+        assert!(
+            allocations_during(|| {
+                let _ = limiter.check("a new key");
+            }) > 0
+        );
     }
-    let mut admitted = 0;
-    let mut refused = 0;
+
+    // The sliding log stores only admitted units: refusals and peeks on a full key
+    // allocate nothing (the allocation is the admission's new snapshot).
+    let clock = ManualClock::new();
+    let limiter = limiter(Algorithm::SlidingLog, &clock);
+    for _ in 0..10 {
+        assert!(limiter.check("client-1").is_allowed());
+    }
     let n = allocations_during(|| {
-        for round in 0..200u64 {
-            // Move through slots, minutes and hours so slot rotation is on the path too.
-            clock.advance(Duration::from_millis(137 + round * 31));
-            for key in &keys {
-                let d = limiter.check(key.as_str());
-                if d.is_allowed() {
-                    admitted += 1;
-                } else {
-                    refused += 1;
-                }
-                let _ = limiter.check_n(key.as_str(), 2);
-                let _ = limiter.peek(key.as_str());
-            }
-            // The same hot key again and again: the per-thread cache's path.
-            for _ in 0..50 {
-                let _ = limiter.check("client-7");
-            }
+        for _ in 0..1000 {
+            assert!(!limiter.check("client-1").is_allowed());
+            assert!(!limiter.peek("client-1").is_allowed());
         }
     });
-    assert!(admitted > 0 && refused > 0, "both paths exercised: {admitted} admitted, {refused} refused");
-    assert_eq!(n, 0, "checks on existing keys allocated {n} times");
-    // The guard itself works: a new key does allocate.
-    assert!(
-        allocations_during(|| {
-            let _ = limiter.check("a new key");
-        }) > 0
-    );
+    assert_eq!(n, 0, "refusals on a sliding log allocated {n} times");
+    assert!(allocations_during(|| {
+        clock.advance(Duration::from_secs(1));
+        assert!(limiter.check("client-1").is_allowed());
+    }) > 0);
 }

@@ -60,13 +60,18 @@ unsafe fn entries<'pin>(bits: u64) -> &'pin [u64] {
     }
 }
 
-/// Allocates a snapshot holding `entries` (sorted); `EMPTY` if there are none.
-fn publishable(entries: impl ExactSizeIterator<Item = u64>) -> u64 {
-    if entries.len() == 0 {
+/// Allocates a snapshot of `len` entries that `fill` pushes (sorted), in one allocation;
+/// `EMPTY` if there are none.
+fn publishable(len: usize, fill: impl FnOnce(&mut Vec<u64>)) -> u64 {
+    if len == 0 {
         return EMPTY;
     }
-    let snapshot: Box<[u64]> = std::iter::once(entries.len() as u64).chain(entries).collect();
-    Box::into_raw(snapshot) as *mut u64 as usize as u64
+    let mut words = Vec::with_capacity(len + 1);
+    words.push(len as u64);
+    fill(&mut words);
+    debug_assert_eq!(words.len(), len + 1);
+    // Exact capacity: `into_boxed_slice` does not reallocate.
+    Box::into_raw(words.into_boxed_slice()) as *mut u64 as usize as u64
 }
 
 /// Frees a snapshot.
@@ -202,8 +207,10 @@ impl Counter for Log {
             let entries = unsafe { entries(view.seen) };
             &entries[view.first..]
         };
-        let added = std::iter::repeat(view.stamp).take(cost as usize);
-        let next = publishable(kept.iter().copied().chain(added).collect::<Vec<_>>().into_iter());
+        let next = publishable(kept.len() + cost as usize, |words| {
+            words.extend_from_slice(kept);
+            words.resize(words.len() + cost as usize, view.stamp);
+        });
         Log::replace(state, rule, view.seen, next)
     }
     fn rollback(state: &KeyState, rule: &Rule, view: &View, cost: u64) {
@@ -223,8 +230,10 @@ impl Counter for Log {
             if gone == 0 {
                 return;
             }
-            let rest = entries[..to - gone].iter().chain(&entries[to..]).copied();
-            let next = publishable(rest.collect::<Vec<_>>().into_iter());
+            let next = publishable(entries.len() - gone, |words| {
+                words.extend_from_slice(&entries[..to - gone]);
+                words.extend_from_slice(&entries[to..]);
+            });
             if Log::replace(state, rule, cur, next) {
                 return;
             }
