@@ -778,8 +778,37 @@ impl KeyState {
                 Hist::Newer(newer) => return Err(newer + 1),
             },
         };
-        view.full = self.closed_units(rule, &view)?;
+        view.full = match self.carried_sum(rule, &view, closed, units)? {
+            Some(full) => full,
+            None => self.closed_units(rule, &view)?,
+        };
         Ok(view)
+    }
+
+    /// `full` for the slot `view` moves to, carried over from the `sum` of the slot `cur`
+    /// closes (`closed`, holding `units`): plus the closed slot, minus the slots that leave
+    /// the window with the move. O(slots moved) rather than O(window), so a key checked
+    /// about once per slot does not walk its whole ring at every check. `None` when that
+    /// `sum` is not the closed slot's (a racing move): add the ring up instead.
+    fn carried_sum(&self, rule: &Rule, view: &View, closed: u64, units: u64) -> Result<Option<u64>, u64> {
+        let Some(at) = rule.sum_word() else { return Ok(Some(0)) };
+        if view.slot - closed >= rule.slots {
+            // The closed slot and everything before it are out of the window.
+            return Ok(Some(0));
+        }
+        // Relaxed: ordered by the Acquire load of `cur` in `view` (written before the CAS
+        // that moved `cur` to `closed`).
+        let sum = self.word(at).load(Ordering::Relaxed);
+        if tag_of(sum) != closed as u32 {
+            return Ok(None);
+        }
+        let mut full = count_of(sum) + units;
+        for leaving in closed + 1 - rule.slots..=view.slot - rule.slots {
+            let Hist::Count(left) = self.hist(rule, leaving) else { return Ok(None) };
+            let Some(rest) = full.checked_sub(left) else { return Ok(None) };
+            full = rest;
+        }
+        Ok(Some(full))
     }
 
     /// Units in the closed slots wholly inside `view`'s window (`slot − n + 1 .. slot`),
