@@ -96,8 +96,10 @@ fn checks_on_existing_keys_do_not_allocate() {
         }
     });
     assert_eq!(n, 0, "refusals on a sliding log allocated {n} times");
-    assert!(allocations_during(|| {
-        clock.advance(Duration::from_secs(1));
-        assert!(limiter.check("client-1").is_allowed());
-    }) > 0);
+    assert!(
+        allocations_during(|| {
+            clock.advance(Duration::from_secs(1));
+            assert!(limiter.check("client-1").is_allowed());
+        }) > 0
+    );
 }

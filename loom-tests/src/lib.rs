@@ -10,8 +10,8 @@ mod imp {
     use std::fmt::Debug;
     use std::sync::Mutex;
 
-    use slidegate::model::{KeyState, Outcome, Policy};
-    use slidegate::{Accuracy, Decision, Limit};
+    use slidegate::model::{Algorithm, KeyState, Outcome, Policy};
+    use slidegate::{Accuracy, Decision, Limit, MAX_LOG_UNITS};
 
     /// One millisecond and one second, in the nanoseconds `KeyState` takes.
     pub const MS: u64 = 1_000_000;
@@ -81,6 +81,107 @@ mod imp {
         assert_eq!(probe.words_per_key(), policy(limits).words_per_key(), "probe layout differs");
         let room = decided(state.check(&probe, now, 0, false)).remaining();
         PROBE - room
+    }
+
+    /// A valid policy running `algorithm` on every limit.
+    pub fn policy_with(limits: &[Limit], algorithm: Algorithm) -> Policy {
+        Policy::with_algorithm(limits, algorithm)
+            .unwrap_or_else(|e| panic!("bad {algorithm:?} policy {limits:?}: {e}"))
+    }
+
+    /// [`race`] under `algorithm`: one thread per cost against a fresh state (created at 0),
+    /// all counting at `now`; the state and the decisions, in cost order.
+    pub fn race_with(
+        limits: &[Limit],
+        algorithm: Algorithm,
+        now: u64,
+        costs: &[u64],
+    ) -> (loom::sync::Arc<KeyState>, Vec<Decision>) {
+        let policy = policy_with(limits, algorithm);
+        let state = loom::sync::Arc::new(KeyState::new(&policy, 0));
+        let handles: Vec<_> = costs
+            .iter()
+            .map(|&cost| {
+                let (state, policy) = (loom::sync::Arc::clone(&state), policy.clone());
+                loom::thread::spawn(move || take(&state, &policy, now, cost))
+            })
+            .collect();
+        let decisions = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        (state, decisions)
+    }
+
+    /// The decisions of `costs` taken one after another at `now` on a fresh state (created
+    /// at 0): what a race at a frozen clock must be equivalent to.
+    pub fn sequential(policy: &Policy, now: u64, costs: &[u64]) -> Vec<Decision> {
+        let state = KeyState::new(policy, 0);
+        costs.iter().map(|&cost| take(&state, policy, now, cost)).collect()
+    }
+
+    /// Asserts that `decisions` (one per cost, in the order of `costs`) are exactly those of
+    /// taking the same requests one after another in *some* order on a fresh state at `now`:
+    /// the race was equivalent to a sequential run (each `remaining` and `retry_after` too).
+    pub fn assert_sequential(policy: &Policy, now: u64, costs: &[u64], decisions: &[Decision]) {
+        assert_eq!(costs.len(), decisions.len());
+        let mut order: Vec<usize> = (0..costs.len()).collect();
+        let mut orders = Vec::new();
+        permutations(&mut order, 0, &mut orders);
+        for order in &orders {
+            let in_order: Vec<u64> = order.iter().map(|&i| costs[i]).collect();
+            let want = sequential(policy, now, &in_order);
+            if order.iter().zip(&want).all(|(&i, w)| decisions[i] == *w) {
+                return;
+            }
+        }
+        panic!("no sequential order of costs {costs:?} gives {decisions:?}");
+    }
+
+    fn permutations(order: &mut Vec<usize>, from: usize, out: &mut Vec<Vec<usize>>) {
+        if from == order.len() {
+            out.push(order.clone());
+            return;
+        }
+        for i in from..order.len() {
+            order.swap(from, i);
+            permutations(order, from + 1, out);
+            order.swap(from, i);
+        }
+    }
+
+    /// [`units`] for any algorithm: the units limit `j` of `limits` holds at `now` under
+    /// `algorithm`, read with a cost-0 peek through a probe policy with the same layout in
+    /// which limit `j` is unchanged and every other limit is far looser, so limit `j` alone
+    /// sets `remaining` (= `max − held`, exact when the held units are whole).
+    ///
+    /// * Fixed window, sliding log: the state depends on the window only (the word is a
+    ///   window tag and count, or a list of timestamps), so the others keep their window
+    ///   with a far larger `max` (10⁶, or [`MAX_LOG_UNITS`] for the log).
+    /// * GCRA: the word is a time whose meaning depends on the interval (`window / max`), so
+    ///   the others get 10⁶ units per 1000 windows: a burst so long that whatever they hold
+    ///   leaves them about 10⁶ units of room.
+    pub fn units_with(state: &KeyState, algorithm: Algorithm, limits: &[Limit], j: usize, now: u64) -> u64 {
+        if algorithm == Algorithm::SlidingWindow {
+            return units(state, limits, j, now);
+        }
+        let probe: Vec<Limit> = limits
+            .iter()
+            .enumerate()
+            .map(|(i, l)| match algorithm {
+                _ if i == j => *l,
+                Algorithm::SlidingLog => Limit::new(MAX_LOG_UNITS, l.window()),
+                Algorithm::Gcra => Limit::new(1_000_000, l.window() * 1000),
+                _ => Limit::new(1_000_000, l.window()),
+            })
+            .collect();
+        let others_looser = probe.iter().enumerate().all(|(i, l)| i == j || l.max() >= 4 * limits[j].max());
+        assert!(others_looser, "limit {j} is too large to probe");
+        let probe = policy_with(&probe, algorithm);
+        assert_eq!(
+            probe.words_per_key(),
+            policy_with(limits, algorithm).words_per_key(),
+            "probe layout differs"
+        );
+        let room = decided(state.check(&probe, now, 0, false)).remaining();
+        limits[j].max() - room
     }
 
     /// Outcomes one `loom::model` run has reached, to assert afterwards that every legal

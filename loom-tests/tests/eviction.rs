@@ -315,11 +315,11 @@ fn cached_check_races_a_reset() {
             thread::spawn(move || check_n(&shard, &policy, 0, 1, Some(&cached)))
         };
         let resetter = {
-            let shard = Arc::clone(&shard);
+            let (shard, policy) = (Arc::clone(&shard), policy.clone());
             thread::spawn(move || {
                 let removed = shard.write().unwrap().take();
                 if let Some(state) = removed {
-                    state.retire_now();
+                    state.retire_now(&policy);
                 }
             })
         };
