@@ -9,7 +9,7 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use governor::{Quota, RateLimiter};
-use slidegate::{ConfigError, Limit, Limiter, ManualClock};
+use slidegate::{Algorithm, ConfigError, Limit, Limiter, ManualClock};
 
 #[allow(dead_code)]
 #[path = "../tests/support/counting_alloc.rs"]
@@ -22,9 +22,9 @@ static ALLOCATOR: Counting = Counting;
 const KEYS: u64 = 1_000_000;
 
 /// Heap bytes per key for slidegate with `limits`.
-fn slidegate(limits: &[Limit]) -> Result<(f64, usize), ConfigError> {
+fn slidegate(algorithm: Algorithm, limits: &[Limit]) -> Result<(f64, usize), ConfigError> {
     let before = live();
-    let mut builder = Limiter::<u64>::builder().clock(ManualClock::new());
+    let mut builder = Limiter::<u64>::builder().algorithm(algorithm).clock(ManualClock::new());
     for limit in limits {
         builder = builder.limit(*limit);
     }
@@ -56,31 +56,40 @@ fn nonzero(n: u32) -> NonZeroU32 {
 }
 
 fn main() -> Result<(), ConfigError> {
-    let configs: [(&str, Vec<Limit>, Vec<Quota>); 3] = [
-        ("10/s", vec![Limit::per_second(10)], vec![Quota::per_second(nonzero(10))]),
-        ("60/min at 1 s precision", vec![Limit::per_minute(60)], vec![Quota::per_minute(nonzero(60))]),
-        (
-            "10/s + 120/min + 240/h@1min",
-            vec![
-                Limit::per_second(10),
-                Limit::per_minute(120),
-                Limit::per_hour(240).precision(Duration::from_secs(60)),
-            ],
-            vec![
-                Quota::per_second(nonzero(10)),
-                Quota::per_minute(nonzero(120)),
-                Quota::per_hour(nonzero(240)),
-            ],
-        ),
+    let three = vec![
+        Limit::per_second(10),
+        Limit::per_minute(120),
+        Limit::per_hour(240).precision(Duration::from_secs(60)),
+    ];
+    let three_quotas =
+        vec![Quota::per_second(nonzero(10)), Quota::per_minute(nonzero(120)), Quota::per_hour(nonzero(240))];
+    let minute = vec![Limit::per_minute(60)];
+    let minute_quota = vec![Quota::per_minute(nonzero(60))];
+    let sliding = Algorithm::SlidingWindow;
+    let configs = [
+        ("10/s", sliding, vec![Limit::per_second(10)], vec![Quota::per_second(nonzero(10))]),
+        ("60/min at 1 s precision", sliding, minute.clone(), minute_quota.clone()),
+        ("10/s + 120/min + 240/h@1min", sliding, three.clone(), three_quotas.clone()),
+        ("60/min", Algorithm::FixedWindow, minute.clone(), minute_quota.clone()),
+        ("60/min", Algorithm::Gcra, minute, minute_quota),
+        ("10/s + 120/min + 240/h", Algorithm::Gcra, three, three_quotas),
     ];
     println!("Heap per key, {KEYS} u64 keys (`cargo run --release --example memory`):\n");
-    println!("| policy | slots per key | slidegate state | slidegate total | governor total | ratio |");
-    println!("|---|---:|---:|---:|---:|---:|");
-    for (name, limits, quotas) in configs {
-        let slots: u64 = limits.iter().map(Limit::slots).sum();
-        let (ours, state) = slidegate(&limits)?;
+    println!(
+        "| policy | algorithm | slots per key | slidegate state | slidegate total | governor total | ratio |"
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|");
+    for (name, algorithm, limits, quotas) in configs {
+        let slots = match algorithm {
+            Algorithm::SlidingWindow => limits.iter().map(Limit::slots).sum::<u64>().to_string(),
+            _ => "—".to_owned(),
+        };
+        let (ours, state) = slidegate(algorithm, &limits)?;
         let theirs = governor(&quotas);
-        println!("| {name} | {slots} | {state} B | {ours:.0} B | {theirs:.0} B | {:.2} |", ours / theirs);
+        println!(
+            "| {name} | {algorithm:?} | {slots} | {state} B | {ours:.0} B | {theirs:.0} B | {:.2} |",
+            ours / theirs
+        );
     }
     Ok(())
 }
