@@ -50,7 +50,10 @@ mod divisor;
 mod error;
 mod limit;
 mod limiter;
+mod metrics;
 mod sync;
+#[cfg(feature = "tower")]
+pub mod tower;
 mod window;
 
 pub use algorithm::{Algorithm, MAX_LOG_UNITS};

@@ -27,6 +27,7 @@ use crate::clock::{start_coarse_clock, ManualClock, Now};
 use crate::decision::Decision;
 use crate::error::ConfigError;
 use crate::limit::Limit;
+use crate::metrics::Metrics;
 use crate::window::{KeyState, Outcome, Policy};
 
 /// Shards in the key map: enough that a sweep holds any one shard's lock only briefly and
@@ -49,6 +50,8 @@ struct Shared<K> {
     live: AtomicUsize,
     /// [`Shared::release_all`] for this `K` (`Drop` cannot require `K: Hash + Eq`).
     on_drop: fn(&Shared<K>),
+    name: String,
+    metrics: Metrics,
 }
 
 impl<K> Drop for Shared<K> {
@@ -142,6 +145,7 @@ where
     /// ```
     pub fn builder() -> LimiterBuilder<K> {
         LimiterBuilder {
+            name: "slidegate".to_owned(),
             algorithm: Algorithm::default(),
             limits: Vec::new(),
             clock: None,
@@ -186,6 +190,60 @@ where
     /// # Ok::<(), slidegate::ConfigError>(())
     /// ```
     pub fn check_n<Q>(&self, key: &Q, cost: u64) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let decision = self.decide(key, cost);
+        self.shared.metrics.decided(&decision, cost);
+        decision
+    }
+
+    /// Waits until `cost` units of `key` are admitted, sleeping for each refusal's
+    /// `retry_after` (feature `tokio`, on the tokio timer), and returns the admission; or
+    /// returns the refusal at once when waiting cannot help (a cost above a limit's `max`, or
+    /// the table full at `max_keys`).
+    ///
+    /// Cancellation-safe: nothing is consumed until the admission itself, which happens
+    /// inside one poll, so dropping the future while it sleeps (e.g. in `tokio::select!` or
+    /// under a timeout) leaves the key's budget untouched. Waiters are not queued: when
+    /// several wait on one key, whoever checks first after the wait takes the room.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), slidegate::ConfigError> {
+    /// use std::time::Duration;
+    /// use slidegate::{Limit, Limiter};
+    ///
+    /// let limiter = Limiter::<u64>::builder().limit(Limit::per_second(20)).build()?;
+    /// let started = std::time::Instant::now();
+    /// for _ in 0..21 {
+    ///     assert!(limiter.until_ready(&7, 1).await.is_ok());
+    /// }
+    /// assert!(started.elapsed() >= Duration::from_millis(40)); // the 21st waited
+    /// assert!(limiter.until_ready(&7, 100).await.is_err()); // can never fit 20/s
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "tokio")]
+    pub async fn until_ready<Q>(&self, key: &Q, cost: u64) -> Result<Decision, Decision>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        loop {
+            let decision = self.check_n(key, cost);
+            match (decision.is_allowed(), decision.retry_after()) {
+                (true, _) => return Ok(decision),
+                (false, Some(wait)) => tokio::time::sleep(wait).await,
+                (false, None) => return Err(decision),
+            }
+        }
+    }
+
+    /// [`check_n`](Self::check_n) before the metrics.
+    #[inline(always)]
+    fn decide<Q>(&self, key: &Q, cost: u64) -> Decision
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -266,6 +324,7 @@ where
                     shared.live.fetch_sub(1, Ordering::Relaxed);
                     return Decision::too_many_keys();
                 }
+                shared.metrics.keys(shared.live.load(Ordering::Relaxed));
                 let state = KeyState::new(policy, now);
                 let decision = match state.check(policy, now, cost, true) {
                     Outcome::Decided(decision) => decision,
@@ -326,7 +385,8 @@ where
         let Some((_, state)) = self.shared.map.remove(key) else { return false };
         // Checks that hold the state through a cache start over on the map.
         state.retire_now(&self.shared.policy);
-        self.shared.live.fetch_sub(1, Ordering::Relaxed);
+        let live = self.shared.live.fetch_sub(1, Ordering::Relaxed);
+        self.shared.metrics.keys(live.saturating_sub(1));
         true
     }
 
@@ -405,6 +465,18 @@ where
         self.shared.policy.words_per_key() * 8
     }
 
+    /// The limiter's name (see [`LimiterBuilder::name`]).
+    ///
+    /// ```
+    /// use slidegate::{Limit, Limiter};
+    /// let limiter = Limiter::<u64>::builder().limit(Limit::per_second(10)).build()?;
+    /// assert_eq!(limiter.name(), "slidegate");
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
     /// The algorithm every limit runs.
     ///
     /// ```
@@ -468,7 +540,9 @@ impl<K: Hash + Eq + Clone> Shared<K> {
                 }
             }
         }
-        self.live.fetch_sub(evicted, Ordering::Relaxed);
+        let live = self.live.fetch_sub(evicted, Ordering::Relaxed);
+        self.metrics.keys(live.saturating_sub(evicted));
+        self.metrics.evicted(evicted);
         evicted
     }
 }
@@ -476,6 +550,7 @@ impl<K: Hash + Eq + Clone> Shared<K> {
 impl<K> fmt::Debug for Limiter<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Limiter")
+            .field("name", &self.shared.name)
             .field("limits", &self.shared.policy.limits().collect::<Vec<_>>())
             .field("keys", &self.shared.live.load(Ordering::Relaxed))
             .field("max_keys", &self.shared.max_keys)
@@ -499,6 +574,7 @@ impl<K> fmt::Debug for Limiter<K> {
 /// ```
 #[must_use = "a builder does nothing until .build()"]
 pub struct LimiterBuilder<K> {
+    name: String,
     algorithm: Algorithm,
     limits: Vec<Limit>,
     clock: Option<ManualClock>,
@@ -511,6 +587,7 @@ pub struct LimiterBuilder<K> {
 impl<K> fmt::Debug for LimiterBuilder<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LimiterBuilder")
+            .field("name", &self.name)
             .field("algorithm", &self.algorithm)
             .field("limits", &self.limits)
             .field("manual_clock", &self.clock.is_some())
@@ -538,6 +615,20 @@ where
     /// ```
     pub fn limit(mut self, limit: Limit) -> Self {
         self.limits.push(limit);
+        self
+    }
+
+    /// Names the limiter: the `limiter` label of its metrics (feature `metrics`) and its
+    /// `Debug` output. Default: `"slidegate"`.
+    ///
+    /// ```
+    /// use slidegate::{Limit, Limiter};
+    /// let limiter = Limiter::<u64>::builder().name("login").limit(Limit::per_minute(5)).build()?;
+    /// assert_eq!(limiter.name(), "login");
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn name(mut self, name: &str) -> Self {
+        name.clone_into(&mut self.name);
         self
     }
 
@@ -657,6 +748,8 @@ where
             max_keys: self.max_keys.unwrap_or(usize::MAX),
             live: AtomicUsize::new(0),
             on_drop: Shared::release_all,
+            metrics: Metrics::new(&self.name, self.limits.len()),
+            name: self.name,
         });
         let sweeper = match ticker {
             None => None,
