@@ -1,0 +1,131 @@
+//! A UDP game server that rate-limits each player's messages (moves: 30/s and 600/min;
+//! chat: 5 per 10 s), with built-in bots: three well-behaved players and two spammers.
+//!
+//! `cargo run --release --example game_server` runs server and bots for 5 seconds and
+//! prints, every second, what each player got through and what was throttled: the spammers
+//! are held to the limits, the well-behaved players never notice them.
+//!
+//! Options: `--seconds N` (default 5); `--listen ADDR` (default `127.0.0.1:0`); `--serve`
+//! (no bots: serve until Ctrl-C, and try it with
+//! `echo "MOVE 1 10 20" | nc -u -w1 127.0.0.1 PORT`).
+
+#[path = "server.rs"]
+mod server;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use server::{serve, Rules, Stats};
+use tokio::net::UdpSocket;
+use tokio::sync::watch;
+
+/// A bot: player id, role, moves per second, chat messages per second.
+const BOTS: [(u32, &str, f64, f64); 5] = [
+    (1, "player", 8.0, 0.25),
+    (2, "player", 9.0, 0.4),
+    (3, "player", 5.0, 0.2),
+    (66, "spammer", 120.0, 3.0),
+    (99, "spammer", 400.0, 10.0),
+];
+
+/// Sends `player`'s moves and chat at their rates until `stop`.
+async fn bot(
+    server: SocketAddr,
+    player: u32,
+    moves: f64,
+    chat: f64,
+    mut stop: watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    let socket = UdpSocket::bind("127.0.0.1:0").await?;
+    socket.connect(server).await?;
+    let mut move_tick = tokio::time::interval(Duration::from_secs_f64(1.0 / moves));
+    let mut chat_tick = tokio::time::interval(Duration::from_secs_f64(1.0 / chat));
+    let mut buf = [0u8; 64];
+    let mut step = 0u64;
+    loop {
+        tokio::select! {
+            _ = move_tick.tick() => {
+                step += 1;
+                socket.send(format!("MOVE {player} {} {}", step % 100, step % 37).as_bytes()).await?;
+            }
+            _ = chat_tick.tick() => socket.send(format!("CHAT {player} gg").as_bytes()).await.map(|_| ())?,
+            // Replies are read and dropped so the socket's buffer never fills.
+            _ = socket.recv(&mut buf) => {}
+            _ = stop.changed() => return Ok(()),
+        }
+    }
+}
+
+fn arg(args: &[String], flag: &str) -> Option<String> {
+    args.windows(2).find(|w| w[0] == flag).map(|w| w[1].clone())
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let seconds: u64 = arg(&args, "--seconds").map(|s| s.parse()).transpose()?.unwrap_or(5);
+    let listen = arg(&args, "--listen").unwrap_or_else(|| "127.0.0.1:0".to_owned());
+    let socket = UdpSocket::bind(&listen).await?;
+    let addr = socket.local_addr()?;
+    let stats = Stats::default();
+    let (stop, stopped) = watch::channel(false);
+    let server = tokio::spawn(serve(socket, Rules::new(None)?, stats.clone(), stopped.clone()));
+    println!("game server on udp://{addr}: moves 30/s and 600/min per player, chat 5 per 10 s");
+
+    if args.iter().any(|a| a == "--serve") {
+        println!(
+            "serving until Ctrl-C; try: echo \"MOVE 1 10 20\" | nc -u -w1 {} {}",
+            addr.ip(),
+            addr.port()
+        );
+        tokio::signal::ctrl_c().await?;
+        stop.send(true)?;
+        server.await??;
+        return Ok(());
+    }
+
+    let bots: Vec<_> = BOTS
+        .iter()
+        .map(|&(player, _, moves, chat)| tokio::spawn(bot(addr, player, moves, chat, stopped.clone())))
+        .collect();
+    println!(
+        "bots: {}\n",
+        BOTS.iter()
+            .map(|b| format!("{} ({}, {}/s moves, {}/s chat)", b.0, b.1, b.2, b.3))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    println!("second | player | role    | moves ok | moves throttled | chat ok | chat throttled");
+    println!("------ | ------ | ------- | -------- | --------------- | ------- | --------------");
+    let mut before: BTreeMap<u32, [u64; 4]> = BTreeMap::new();
+    let mut ticker = tokio::time::interval(Duration::from_secs(1));
+    ticker.tick().await;
+    for second in 1..=seconds {
+        ticker.tick().await;
+        let now = stats.lock().map(|s| s.clone()).unwrap_or_default();
+        for &(player, role, _, _) in &BOTS {
+            let [a, b, c, d] = now.get(&player).copied().unwrap_or_default();
+            let [pa, pb, pc, pd] = before.get(&player).copied().unwrap_or_default();
+            println!(
+                "{second:>6} | {player:>6} | {role:<7} | {:>8} | {:>15} | {:>7} | {:>14}",
+                a - pa,
+                b - pb,
+                c - pc,
+                d - pd
+            );
+        }
+        before = now;
+    }
+    stop.send(true)?;
+    for bot in bots {
+        bot.await??;
+    }
+    server.await??;
+    let throttled_players: u64 =
+        BOTS.iter().filter(|b| b.1 == "player").map(|b| before.get(&b.0).map_or(0, |s| s[1] + s[3])).sum();
+    let throttled_spammers: u64 =
+        BOTS.iter().filter(|b| b.1 == "spammer").map(|b| before.get(&b.0).map_or(0, |s| s[1] + s[3])).sum();
+    println!("\nthrottled: well-behaved players {throttled_players}, spammers {throttled_spammers}");
+    Ok(())
+}
