@@ -19,7 +19,8 @@
 //! `"name";q=max;w=window_seconds` (the limit's index follows the name when there are
 //! several: `"api.0"`, `"api.1"`), and `RateLimit` reports the limit that decided: the
 //! tightest on admission, the refusing one on refusal, with `r` the units remaining and,
-//! on refusal, `t` the seconds until the request would fit. A sliding window has no single
+//! on refusal, `t` the seconds until the request would fit. Layers stack: an admitted
+//! response carries one `RateLimit` line per layer it passed. A sliding window has no single
 //! reset instant for an admitted request, so `t` is left out there (the draft makes it
 //! optional).
 //!
@@ -633,8 +634,10 @@ where
                     other => return other,
                 };
                 if let Some((policy, value)) = this.headers.take() {
-                    response.headers_mut().insert(RATELIMIT_POLICY, policy);
-                    response.headers_mut().insert(RATELIMIT, value);
+                    // Appended: an inner layer's (or the service's own) policies stay, and the
+                    // field lines together form one list, as the draft allows.
+                    response.headers_mut().append(RATELIMIT_POLICY, policy);
+                    response.headers_mut().append(RATELIMIT, value);
                 }
                 Poll::Ready(Ok(response))
             }
