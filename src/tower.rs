@@ -568,11 +568,31 @@ where
 /// `(RateLimit-Policy, RateLimit)` for a decision.
 fn headers<K>(policy: &Policy<K>, decision: &Decision) -> Option<(HeaderValue, HeaderValue)> {
     let item = policy.items.get(decision.tightest_limit())?;
-    let mut value = format!("\"{item}\";r={}", decision.remaining());
+    // No `format!` machinery: this runs on every request.
+    let mut value = Vec::with_capacity(item.len() + 32);
+    value.push(b'"');
+    value.extend_from_slice(item.as_bytes());
+    value.extend_from_slice(b"\";r=");
+    push_decimal(&mut value, decision.remaining());
     if let Some(wait) = decision.retry_after() {
-        value.push_str(&format!(";t={}", whole_seconds(wait)));
+        value.extend_from_slice(b";t=");
+        push_decimal(&mut value, whole_seconds(wait));
     }
-    Some((policy.header.clone()?, HeaderValue::from_str(&value).ok()?))
+    Some((policy.header.clone()?, HeaderValue::from_bytes(&value).ok()?))
+}
+
+fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
 }
 
 fn status<ResBody: Default>(code: StatusCode) -> Response<ResBody> {

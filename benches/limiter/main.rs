@@ -10,6 +10,11 @@
 
 use criterion::{criterion_group, criterion_main};
 
+#[cfg(all(feature = "tower", feature = "metrics"))]
+#[allow(dead_code)]
+mod gateway;
+#[cfg(all(feature = "tower", feature = "metrics"))]
+mod overhead;
 mod single_thread;
 mod sweep;
 mod threads;
@@ -25,4 +30,9 @@ criterion_group!(
     threads::two_threads,
     sweep::sweep
 );
+#[cfg(all(feature = "tower", feature = "metrics"))]
+criterion_group!(features, overhead::layer, overhead::metrics);
+#[cfg(all(feature = "tower", feature = "metrics"))]
+criterion_main!(benches, features);
+#[cfg(not(all(feature = "tower", feature = "metrics")))]
 criterion_main!(benches);
