@@ -73,7 +73,9 @@ pub mod model {
     pub use crate::window::{KeyState, Outcome, Policy};
 }
 
-#[cfg(doctest)]
+// The README's gateway example needs the `tower` and `axum` features (the README's test
+// command, `cargo test --all-features`, has them).
+#[cfg(all(doctest, feature = "tower", feature = "axum"))]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 

@@ -392,7 +392,7 @@ where
     /// ```
     /// use slidegate::tower::{HeaderKey, RateLimitLayer};
     /// use slidegate::{Limit, Limiter};
-    /// let limiter = Limiter::builder().limit(Limit::per_second(100)).build()?;
+    /// let limiter = Limiter::<http::HeaderValue>::builder().limit(Limit::per_second(100)).build()?;
     /// let layer = RateLimitLayer::new("api", limiter, HeaderKey::new("x-api-key"));
     /// # let _ = layer;
     /// # Ok::<(), slidegate::ConfigError>(())
@@ -464,7 +464,7 @@ where
     /// ```
     /// use slidegate::tower::{PathKey, RateLimitLayer};
     /// use slidegate::{Limit, Limiter};
-    /// let limiter = Limiter::builder().limit(Limit::per_second(10)).build()?;
+    /// let limiter = Limiter::<String>::builder().limit(Limit::per_second(10)).build()?;
     /// let layer = RateLimitLayer::new("paths", limiter, PathKey).headers_on_success(false);
     /// # let _ = layer;
     /// # Ok::<(), slidegate::ConfigError>(())
