@@ -51,6 +51,8 @@ mod error;
 mod limit;
 mod limiter;
 mod metrics;
+#[cfg(feature = "redis")]
+pub mod redis;
 mod sync;
 #[cfg(feature = "tower")]
 pub mod tower;

@@ -194,9 +194,30 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let decision = self.decide(key, cost);
+        let decision = self.decide::<Q, false>(key, cost);
         self.shared.metrics.decided(&decision, cost);
         decision
+    }
+
+    /// Counts `cost` units for `key` without checking them: units admitted elsewhere (by
+    /// another replica, see `HybridLimiter` with feature `redis`), so that this limiter's
+    /// later decisions include them. Counts saturate; the decision returned is the state
+    /// afterwards (it may say `remaining() == 0` with the key over its limits).
+    ///
+    /// ```
+    /// use slidegate::{Limit, Limiter};
+    /// let limiter = Limiter::<u64>::builder().limit(Limit::per_second(10)).build()?;
+    /// assert_eq!(limiter.record(&1, 8).remaining(), 2);
+    /// assert_eq!(limiter.record(&1, 8).remaining(), 0); // 16 counted: over the limit
+    /// assert!(!limiter.check(&1).is_allowed());
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn record<Q>(&self, key: &Q, cost: u64) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.decide::<Q, true>(key, cost)
     }
 
     /// Waits until `cost` units of `key` are admitted, sleeping for each refusal's
@@ -241,9 +262,9 @@ where
         }
     }
 
-    /// [`check_n`](Self::check_n) before the metrics.
+    /// [`check_n`](Self::check_n) before the metrics; with `FORCE`, [`record`](Self::record).
     #[inline(always)]
-    fn decide<Q>(&self, key: &Q, cost: u64) -> Decision
+    fn decide<Q, const FORCE: bool>(&self, key: &Q, cost: u64) -> Decision
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -251,7 +272,7 @@ where
         let shared = &*self.shared;
         let policy = &shared.policy;
         let now = shared.now.nanos();
-        if let Some(index) = policy.oversized(cost) {
+        if let Some(index) = policy.oversized(cost).filter(|_| !FORCE) {
             let room = match shared.map.get(key) {
                 Some(state) => state.room(policy, now),
                 None => policy.fresh(0).remaining(),
@@ -262,7 +283,7 @@ where
         let hash = shared.map.hasher().hash_one(key);
         let second = || shared.second_hash.hash_one(key);
         let cached =
-            shared.hot.with_cached(hash, second, |state| match state.check(policy, now, cost, true) {
+            shared.hot.with_cached(hash, second, |state| match state.run::<FORCE>(policy, now, cost) {
                 Outcome::Decided(decision) => Some(decision),
                 Outcome::Expired | Outcome::Retired => None,
             });
@@ -271,7 +292,7 @@ where
         }
         loop {
             let Some(state) = shared.map.get(key) else { break };
-            match state.check(policy, now, cost, true) {
+            match state.run::<FORCE>(policy, now, cost) {
                 Outcome::Decided(decision) => {
                     state.refresh();
                     shared.hot.missed(hash, second, &state);
@@ -294,11 +315,11 @@ where
         if cost == 0 {
             return policy.fresh(0);
         }
-        self.insert(key, now, cost)
+        self.insert::<Q, FORCE>(key, now, cost)
     }
 
     #[cold]
-    fn insert<Q>(&self, key: &Q, now: u64, cost: u64) -> Decision
+    fn insert<Q, const FORCE: bool>(&self, key: &Q, now: u64, cost: u64) -> Decision
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -313,7 +334,7 @@ where
                 if entry.get().retire(policy, now) {
                     entry.insert(Held::new(KeyState::new(policy, now)));
                 }
-                match entry.get().check(policy, now, cost, true) {
+                match entry.get().run::<FORCE>(policy, now, cost) {
                     Outcome::Decided(decision) => decision,
                     Outcome::Expired | Outcome::Retired => policy.fresh(cost),
                 }
@@ -326,7 +347,7 @@ where
                 }
                 shared.metrics.keys(shared.live.load(Ordering::Relaxed));
                 let state = KeyState::new(policy, now);
-                let decision = match state.check(policy, now, cost, true) {
+                let decision = match state.run::<FORCE>(policy, now, cost) {
                     Outcome::Decided(decision) => decision,
                     Outcome::Expired | Outcome::Retired => policy.fresh(cost),
                 };

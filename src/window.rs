@@ -570,6 +570,57 @@ impl KeyState {
         }
     }
 
+    /// A counting check (`FORCE == false`), or [`add`](Self::add).
+    #[inline(always)]
+    pub(crate) fn run<const FORCE: bool>(&self, policy: &Policy, now: u64, cost: u64) -> Outcome {
+        if FORCE {
+            self.add(policy, now, cost)
+        } else {
+            self.check(policy, now, cost, true)
+        }
+    }
+
+    /// Counts `cost` in every limit without checking (units admitted elsewhere); the
+    /// decision is the state afterwards.
+    pub fn add(&self, policy: &Policy, now: u64, cost: u64) -> Outcome {
+        match policy.algorithm {
+            Algorithm::SlidingWindow => self.add_with::<Sliding>(policy, now, cost),
+            Algorithm::FixedWindow => self.add_with::<Fixed>(policy, now, cost),
+            Algorithm::SlidingLog => self.add_with::<Log>(policy, now, cost),
+            Algorithm::Gcra => self.add_with::<Gcra>(policy, now, cost),
+        }
+    }
+
+    fn add_with<A: Counter>(&self, policy: &Policy, now: u64, cost: u64) -> Outcome {
+        let _pin = A::pin();
+        let rules = &policy.rules[..];
+        let mut views = [A::View::default(); MAX_LIMITS];
+        let (touched, expired) = match self.begin(policy, now, cost, true) {
+            Ok(begun) => begun,
+            Err(outcome) => return outcome,
+        };
+        if cost > 0 {
+            for (rule, view) in rules.iter().zip(views.iter_mut()) {
+                *view = A::view(self, rule, now, expired);
+                loop {
+                    if A::retired(view) {
+                        return Outcome::Retired;
+                    }
+                    if A::commit(self, rule, view, cost) {
+                        break;
+                    }
+                    *view = A::view(self, rule, now, false);
+                }
+            }
+            self.touch::<A>(touched, now, rules.iter().zip(views[..rules.len()].iter()));
+            if self.lost_to_retirement() {
+                return Outcome::Retired;
+            }
+        }
+        // The state afterwards, as a peek of cost 0 sees it.
+        self.check(policy, now, 0, false)
+    }
+
     #[inline(always)]
     fn check_with<A: Counter>(&self, policy: &Policy, now: u64, cost: u64, commit: bool) -> Outcome {
         // Whatever a view points to stays valid until the check ends.

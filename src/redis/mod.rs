@@ -1,0 +1,600 @@
+//! One budget per key across many processes (feature `redis`): [`RedisLimiter`] runs the
+//! sliding window inside Redis, and [`HybridLimiter`] admits locally and syncs with Redis.
+//!
+//! **`RedisLimiter`** keeps, per key, one Redis hash (`<prefix>{<key>}`: the hash tag puts
+//! all of a key's data on one Cluster slot) holding the slot counters of every limit, and
+//! decides with one Lua script (`limiter.lua`, loaded once, called by SHA, reloaded on
+//! `NOSCRIPT`) that reads every window, admits only if all limits have room, counts the
+//! cost in all of them, and computes `remaining` and `retry_after`: the same semantics as
+//! the in-process sliding window (interpolated or strict, several limits, cost, only
+//! admitted units counted), at millisecond resolution. Time is the Redis server's (`TIME`
+//! inside the script, so all replicas agree) unless a caller clock is given; a time older
+//! than the key's latest never rewinds it. The hash expires after the longest `window +
+//! precision` without an admission: by then every window is empty, so the expiry changes no
+//! decision, and refused requests never touch it (no "refresh extends the window").
+//!
+//! A check that fails (connection error) or takes longer than the timeout (default 5 ms) is
+//! decided by the [`Fallback`]: fail open, fail closed, or a local in-process limiter with
+//! the same limits, whose admissions are added to Redis once it answers again. The
+//! connection reconnects by itself. [`Checked::decided_by`] says which path decided.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), slidegate::redis::SetupError> {
+//! use slidegate::redis::{Fallback, RedisLimiter};
+//! use slidegate::Limit;
+//!
+//! let limiter = RedisLimiter::<String>::builder()
+//!     .url("redis://127.0.0.1:6379")                    // or .cluster(&[...])
+//!     .limit(Limit::per_second(10))
+//!     .limit(Limit::per_minute(120))
+//!     .fallback(Fallback::Local)
+//!     .build()
+//!     .await?;
+//! let checked = limiter.check(&"203.0.113.7".to_owned()).await;
+//! if !checked.is_allowed() { /* 429, Retry-After: checked.retry_after() */ }
+//! # Ok(())
+//! # }
+//! ```
+
+mod hybrid;
+
+pub use hybrid::HybridLimiter;
+
+use std::fmt;
+use std::hash::Hash;
+use std::ops::Deref;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use ::redis::cluster_async::ClusterConnection;
+use ::redis::{RedisError, RedisResult, Script};
+
+use crate::{ConfigError, Decision, Limit, Limiter, ManualClock};
+
+/// What decides when Redis cannot (an error, or no answer within the timeout).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Fallback {
+    /// Admit (remaining reported as 0): availability first.
+    Open,
+    /// Refuse, with `retry_after` the smallest precision of the limits: protection first.
+    Closed,
+    /// Decide with a local in-process limiter with the same limits (the default); what it
+    /// admits is added to Redis when Redis answers again, so no admission is lost.
+    #[default]
+    Local,
+}
+
+/// Which path decided a [`Checked`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecidedBy {
+    /// The Redis script.
+    Redis,
+    /// [`Fallback::Open`], because Redis failed or timed out.
+    FailOpen,
+    /// [`Fallback::Closed`], because Redis failed or timed out.
+    FailClosed,
+    /// [`Fallback::Local`], because Redis failed or timed out.
+    Local,
+}
+
+/// A [`Decision`] and the path that made it (it derefs to the decision).
+///
+/// ```
+/// use slidegate::redis::{Checked, DecidedBy};
+/// fn log(checked: &Checked) {
+///     if checked.decided_by() != DecidedBy::Redis {
+///         eprintln!("redis unavailable, decided locally: {:?}", checked.decision());
+///     }
+/// }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Checked {
+    decision: Decision,
+    decided_by: DecidedBy,
+}
+
+impl Checked {
+    /// The decision.
+    pub fn decision(&self) -> Decision {
+        self.decision
+    }
+
+    /// Which path decided.
+    pub fn decided_by(&self) -> DecidedBy {
+        self.decided_by
+    }
+}
+
+impl Deref for Checked {
+    type Target = Decision;
+
+    fn deref(&self) -> &Decision {
+        &self.decision
+    }
+}
+
+/// Why a Redis limiter could not be built.
+#[derive(Debug)]
+pub enum SetupError {
+    /// The limits (or a Redis-specific bound on them).
+    Config(ConfigError),
+    /// No server URL was given.
+    NoServer,
+    /// Connecting failed.
+    Redis(RedisError),
+}
+
+impl fmt::Display for SetupError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SetupError::Config(e) => write!(f, "{e}"),
+            SetupError::NoServer => f.write_str("no Redis server: give .url(...) or .cluster(...)"),
+            SetupError::Redis(e) => write!(f, "cannot connect to Redis: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for SetupError {}
+
+impl From<ConfigError> for SetupError {
+    fn from(e: ConfigError) -> Self {
+        SetupError::Config(e)
+    }
+}
+
+impl From<RedisError> for SetupError {
+    fn from(e: RedisError) -> Self {
+        SetupError::Redis(e)
+    }
+}
+
+/// The connection: one multiplexed connection (reconnecting by itself), or a Cluster.
+#[derive(Clone)]
+enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+/// Where time comes from.
+#[derive(Clone)]
+enum Time {
+    Server,
+    Local,
+    Manual(ManualClock),
+}
+
+impl Time {
+    /// The caller's time in ms, or `None` for the server's.
+    fn now_ms(&self) -> Option<u64> {
+        match self {
+            Time::Server => None,
+            Time::Local => Some(wall_ms()),
+            Time::Manual(clock) => Some(u64::try_from(clock.now().as_millis()).unwrap_or(u64::MAX)),
+        }
+    }
+}
+
+fn wall_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// What the script is asked to do.
+#[derive(Clone, Copy)]
+enum Mode {
+    Check,
+    Peek,
+    Add,
+    Push,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Check => "check",
+            Mode::Peek => "peek",
+            Mode::Add => "add",
+            Mode::Push => "push",
+        }
+    }
+}
+
+/// Everything a call needs, shared by clones and by the hybrid limiter.
+struct Remote {
+    conn: Conn,
+    script: Script,
+    prefix: String,
+    /// The limits as script arguments, and the hash's TTL.
+    limit_args: Vec<u64>,
+    ttl_ms: u64,
+    time: Time,
+    timeout: Duration,
+}
+
+impl Remote {
+    fn key(&self, key: &impl fmt::Display) -> String {
+        format!("{}{{{key}}}", self.prefix)
+    }
+
+    /// Runs the script for `key` (already a Redis key) within the timeout.
+    async fn call(
+        &self,
+        redis_key: &str,
+        mode: Mode,
+        cost: u64,
+        at_ms: Option<u64>,
+    ) -> RedisResult<Vec<i64>> {
+        let now = at_ms.or_else(|| self.time.now_ms()).map_or(String::new(), |ms| ms.to_string());
+        let limits = u64::try_from(self.limit_args.len() / 4).unwrap_or(0);
+        let mut invocation = self.script.key(redis_key);
+        invocation.arg(mode.name()).arg(now).arg(cost).arg(self.ttl_ms).arg(limits).arg(&self.limit_args[..]);
+        let run = async {
+            match self.conn.clone() {
+                Conn::Single(mut conn) => invocation.invoke_async(&mut conn).await,
+                Conn::Cluster(mut conn) => invocation.invoke_async(&mut conn).await,
+            }
+        };
+        match tokio::time::timeout(self.timeout, run).await {
+            Ok(result) => result,
+            Err(_) => Err(RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "redis check timed out",
+            ))),
+        }
+    }
+}
+
+/// The decision in a script's reply.
+fn decision_of(reply: &[i64]) -> Option<Decision> {
+    let [kind, limit, remaining, retry_ms, ..] = *reply else { return None };
+    let (limit, remaining) = (usize::try_from(limit).ok()?, u64::try_from(remaining).ok()?);
+    match kind {
+        0 => Some(Decision::allowed(remaining, limit)),
+        1 => {
+            Some(Decision::limited(limit, remaining, u64::try_from(retry_ms).ok()?.saturating_mul(1_000_000)))
+        }
+        2 => Some(Decision::cost_too_large(limit, remaining)),
+        _ => None,
+    }
+}
+
+/// A sliding-window limiter whose state lives in Redis: see the [module docs](self).
+pub struct RedisLimiter<K> {
+    remote: Arc<Remote>,
+    fallback: Fallback,
+    local: Option<Limiter<K>>,
+    /// Units the local fallback admitted while Redis was unreachable: `(redis key, cost,
+    /// ms)`, added to Redis by the next call that reaches it.
+    owed: Mutex<Vec<(String, u64, u64)>>,
+    /// `retry_after` of a fail-closed refusal.
+    closed_retry: Duration,
+}
+
+impl<K> fmt::Debug for RedisLimiter<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisLimiter")
+            .field("prefix", &self.remote.prefix)
+            .field("fallback", &self.fallback)
+            .field("timeout", &self.remote.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K> RedisLimiter<K>
+where
+    K: Hash + Eq + Clone + Send + Sync + fmt::Display + 'static,
+{
+    /// Starts configuring a Redis limiter.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use slidegate::redis::{Fallback, RedisLimiter};
+    /// use slidegate::Limit;
+    /// let builder = RedisLimiter::<u64>::builder()
+    ///     .url("redis://127.0.0.1:6379")
+    ///     .limit(Limit::per_second(10))
+    ///     .timeout(Duration::from_millis(2))
+    ///     .fallback(Fallback::Closed);
+    /// # let _ = builder;
+    /// ```
+    pub fn builder() -> RedisLimiterBuilder<K> {
+        RedisLimiterBuilder {
+            target: None,
+            limits: Vec::new(),
+            timeout: Duration::from_millis(5),
+            fallback: Fallback::default(),
+            time: Time::Server,
+            prefix: "slidegate:".to_owned(),
+            sync_interval: Duration::from_millis(50),
+            batch: 1000,
+            _key: std::marker::PhantomData,
+        }
+    }
+
+    /// Checks a request of cost 1.
+    pub async fn check(&self, key: &K) -> Checked {
+        self.check_n(key, 1).await
+    }
+
+    /// Checks a request weighing `cost` units: admitted only if every limit has room, then
+    /// counted in all of them, atomically in Redis.
+    pub async fn check_n(&self, key: &K, cost: u64) -> Checked {
+        self.run(key, Mode::Check, cost).await
+    }
+
+    /// Would a request of cost 1 be admitted now? Consumes nothing.
+    pub async fn peek(&self, key: &K) -> Checked {
+        self.run(key, Mode::Peek, 1).await
+    }
+
+    /// Forgets `key` in Redis: `true` if it held anything.
+    pub async fn reset(&self, key: &K) -> RedisResult<bool> {
+        let redis_key = self.remote.key(key);
+        let mut cmd = ::redis::cmd("DEL");
+        cmd.arg(&redis_key);
+        let deleted: i64 = match self.remote.conn.clone() {
+            Conn::Single(mut conn) => cmd.query_async(&mut conn).await?,
+            Conn::Cluster(mut conn) => cmd.query_async(&mut conn).await?,
+        };
+        if let Some(local) = &self.local {
+            local.reset(key);
+        }
+        Ok(deleted > 0)
+    }
+
+    async fn run(&self, key: &K, mode: Mode, cost: u64) -> Checked {
+        let redis_key = self.remote.key(key);
+        // Redis decides only once it holds every unit the fallback admitted meanwhile.
+        if !self.repay().await {
+            return self.fall_back(key, redis_key, mode, cost);
+        }
+        match self.remote.call(&redis_key, mode, cost, None).await.ok().as_deref().and_then(decision_of) {
+            Some(decision) => Checked { decision, decided_by: DecidedBy::Redis },
+            None => self.fall_back(key, redis_key, mode, cost),
+        }
+    }
+
+    fn fall_back(&self, key: &K, redis_key: String, mode: Mode, cost: u64) -> Checked {
+        match (self.fallback, &self.local) {
+            (Fallback::Local, Some(local)) => {
+                let decision = match mode {
+                    Mode::Peek => local.peek(key),
+                    _ => local.check_n(key, cost),
+                };
+                if decision.is_allowed() && matches!(mode, Mode::Check) && cost > 0 {
+                    let at = self.remote.time.now_ms().unwrap_or_else(wall_ms);
+                    if let Ok(mut owed) = self.owed.lock() {
+                        owed.push((redis_key, cost, at));
+                    }
+                }
+                Checked { decision, decided_by: DecidedBy::Local }
+            }
+            (Fallback::Closed, _) => Checked {
+                decision: Decision::limited(
+                    0,
+                    0,
+                    u64::try_from(self.closed_retry.as_nanos()).unwrap_or(u64::MAX),
+                ),
+                decided_by: DecidedBy::FailClosed,
+            },
+            _ => Checked { decision: Decision::allowed(0, 0), decided_by: DecidedBy::FailOpen },
+        }
+    }
+
+    /// Adds what the local fallback admitted to Redis, once Redis answers: `false` if some
+    /// of it could not be added yet.
+    async fn repay(&self) -> bool {
+        let owed = match self.owed.lock() {
+            Ok(mut owed) if !owed.is_empty() => std::mem::take(&mut *owed),
+            _ => return true,
+        };
+        let mut unpaid = Vec::new();
+        for (redis_key, cost, at) in owed {
+            if self.remote.call(&redis_key, Mode::Add, cost, Some(at)).await.is_err() {
+                unpaid.push((redis_key, cost, at));
+            }
+        }
+        if unpaid.is_empty() {
+            return true;
+        }
+        if let Ok(mut owed) = self.owed.lock() {
+            owed.extend(unpaid);
+        }
+        false
+    }
+
+    /// Units the local fallback admitted that Redis has not been told about yet.
+    ///
+    /// ```no_run
+    /// # async fn f(limiter: slidegate::redis::RedisLimiter<u64>) {
+    /// assert_eq!(limiter.owed_units(), 0); // Redis has every admission
+    /// # }
+    /// ```
+    pub fn owed_units(&self) -> u64 {
+        self.owed.lock().map_or(0, |owed| owed.iter().map(|o| o.1).sum())
+    }
+}
+
+/// Configures a [`RedisLimiter`] or a [`HybridLimiter`].
+pub struct RedisLimiterBuilder<K> {
+    target: Option<Target>,
+    limits: Vec<Limit>,
+    timeout: Duration,
+    fallback: Fallback,
+    time: Time,
+    prefix: String,
+    sync_interval: Duration,
+    batch: u64,
+    _key: std::marker::PhantomData<fn() -> K>,
+}
+
+#[derive(Clone)]
+enum Target {
+    Single(String),
+    Cluster(Vec<String>),
+}
+
+impl<K> fmt::Debug for RedisLimiterBuilder<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisLimiterBuilder")
+            .field("limits", &self.limits)
+            .field("timeout", &self.timeout)
+            .field("fallback", &self.fallback)
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K> RedisLimiterBuilder<K>
+where
+    K: Hash + Eq + Clone + Send + Sync + fmt::Display + 'static,
+{
+    /// A single Redis server (`redis://host:port/db`).
+    pub fn url(mut self, url: &str) -> Self {
+        self.target = Some(Target::Single(url.to_owned()));
+        self
+    }
+
+    /// A Redis Cluster, by the URLs of some of its nodes.
+    pub fn cluster(mut self, urls: &[&str]) -> Self {
+        self.target = Some(Target::Cluster(urls.iter().map(|u| (*u).to_owned()).collect()));
+        self
+    }
+
+    /// Adds a limit (all apply together, as in [`Limiter`]).
+    pub fn limit(mut self, limit: Limit) -> Self {
+        self.limits.push(limit);
+        self
+    }
+
+    /// How long a check may wait for Redis before the fallback decides (default 5 ms).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// What decides when Redis cannot (default [`Fallback::Local`]).
+    pub fn fallback(mut self, fallback: Fallback) -> Self {
+        self.fallback = fallback;
+        self
+    }
+
+    /// Uses the caller's wall clock instead of the server's `TIME`.
+    pub fn local_time(mut self) -> Self {
+        self.time = Time::Local;
+        self
+    }
+
+    /// Uses `clock` (milliseconds since its origin) instead of the server's `TIME`: for
+    /// tests, and for callers who keep their own time.
+    pub fn clock(mut self, clock: ManualClock) -> Self {
+        self.time = Time::Manual(clock);
+        self
+    }
+
+    /// The prefix of every Redis key (default `"slidegate:"`).
+    pub fn prefix(mut self, prefix: &str) -> Self {
+        prefix.clone_into(&mut self.prefix);
+        self
+    }
+
+    /// [`HybridLimiter`]: how often a replica syncs (default 50 ms).
+    pub fn sync_interval(mut self, interval: Duration) -> Self {
+        self.sync_interval = interval;
+        self
+    }
+
+    /// [`HybridLimiter`]: sync early once this many units are pending (default 1000).
+    pub fn batch(mut self, units: u64) -> Self {
+        self.batch = units.max(1);
+        self
+    }
+
+    /// The in-process limiter with the same limits (and clock, if manual).
+    fn local(&self) -> Result<Limiter<K>, ConfigError> {
+        let mut builder = Limiter::builder();
+        for limit in &self.limits {
+            builder = builder.limit(*limit);
+        }
+        if let Time::Manual(clock) = &self.time {
+            builder = builder.clock(clock.clone());
+        }
+        builder.build()
+    }
+
+    async fn remote(&self) -> Result<Remote, SetupError> {
+        // The script computes in doubles: every product of a count and a slot length (ms)
+        // must stay below 2^53 to be exact.
+        for limit in &self.limits {
+            let slot_ms = u64::try_from(limit.get_precision().as_millis()).unwrap_or(u64::MAX);
+            if u128::from(limit.max()) * u128::from(slot_ms) >= 1 << 53 {
+                return Err(SetupError::Config(ConfigError::MaxTooLarge {
+                    limit: *limit,
+                    most: (1 << 53) / slot_ms.max(1),
+                }));
+            }
+        }
+        let mut limit_args = Vec::with_capacity(4 * self.limits.len());
+        let mut ttl_ms = 0u64;
+        for limit in &self.limits {
+            let window = u64::try_from(limit.window().as_millis()).unwrap_or(u64::MAX);
+            let slot = u64::try_from(limit.get_precision().as_millis()).unwrap_or(u64::MAX);
+            limit_args.extend([
+                limit.max(),
+                window,
+                slot,
+                u64::from(limit.accuracy() == crate::Accuracy::Strict),
+            ]);
+            ttl_ms = ttl_ms.max(window.saturating_add(slot));
+        }
+        let conn = match self.target.clone() {
+            None => return Err(SetupError::NoServer),
+            Some(Target::Single(url)) => {
+                let client = ::redis::Client::open(url)?;
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(self.timeout.max(Duration::from_millis(100))))
+                    .set_number_of_retries(2)
+                    .set_max_delay(Duration::from_millis(500));
+                Conn::Single(ConnectionManager::new_with_config(client, config).await?)
+            }
+            Some(Target::Cluster(urls)) => {
+                let client = ::redis::cluster::ClusterClient::new(urls)?;
+                Conn::Cluster(client.get_async_connection().await?)
+            }
+        };
+        Ok(Remote {
+            conn,
+            script: Script::new(include_str!("limiter.lua")),
+            prefix: self.prefix.clone(),
+            limit_args,
+            ttl_ms,
+            time: self.time.clone(),
+            timeout: self.timeout,
+        })
+    }
+
+    /// Validates the limits, connects, and returns the limiter.
+    pub async fn build(self) -> Result<RedisLimiter<K>, SetupError> {
+        let local = self.local()?;
+        let remote = self.remote().await?;
+        let closed_retry =
+            self.limits.iter().map(Limit::get_precision).min().unwrap_or(Duration::from_secs(1));
+        Ok(RedisLimiter {
+            remote: Arc::new(remote),
+            fallback: self.fallback,
+            local: (self.fallback == Fallback::Local).then_some(local),
+            owed: Mutex::new(Vec::new()),
+            closed_retry,
+        })
+    }
+
+    /// Validates the limits, connects, and starts a [`HybridLimiter`] (its sync task runs on
+    /// the current tokio runtime until the limiter is dropped).
+    pub async fn build_hybrid(self) -> Result<HybridLimiter<K>, SetupError> {
+        let local = self.local()?;
+        let remote = self.remote().await?;
+        Ok(HybridLimiter::start(local, Arc::new(remote), self.sync_interval, self.batch))
+    }
+}

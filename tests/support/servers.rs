@@ -1,0 +1,255 @@
+//! Real servers on loopback for the backend tests: a standalone Redis, a three-primary
+//! Redis Cluster and a memcached. `.ci/run` starts them and exports their addresses
+//! (`SLIDEGATE_REDIS_URL`, `SLIDEGATE_REDIS_CLUSTER`, `SLIDEGATE_MEMCACHED`); without
+//! those, a test starts its own from the binaries on the PATH. A test that needs a server
+//! it cannot get says so loudly and passes, unless `SLIDEGATE_REQUIRE_SERVERS` is set (CI),
+//! where it fails.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+/// Whether a missing server fails the test (CI) or skips it with a loud message.
+pub fn unavailable(what: &str, why: &str) {
+    let required = std::env::var_os("SLIDEGATE_REQUIRE_SERVERS").is_some();
+    let message = format!("{what} unavailable: {why}");
+    assert!(!required, "{message} (SLIDEGATE_REQUIRE_SERVERS is set)");
+    eprintln!("\n!!!!!!!! SKIPPED: {message}; install it (see .ci/run) to run this test !!!!!!!!\n");
+}
+
+fn free_port() -> Option<u16> {
+    TcpListener::bind("127.0.0.1:0").ok()?.local_addr().ok().map(|a| a.port())
+}
+
+fn binary(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?.to_str()?.split(':').map(|d| PathBuf::from(d).join(name)).find(|p| p.is_file())
+}
+
+/// Sends `command` (RESP inline) and returns the first reply line.
+pub fn redis_command(port: u16, command: &str) -> Option<String> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    stream.write_all(format!("{command}\r\n").as_bytes()).ok()?;
+    let mut buf = [0u8; 4096];
+    let n = stream.read(&mut buf).ok()?;
+    Some(String::from_utf8_lossy(&buf[..n]).into_owned())
+}
+
+fn wait_for(port: u16, what: &str) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if redis_command(port, "PING").is_some_and(|r| r.starts_with("+PONG")) {
+            return true;
+        }
+        sleep(Duration::from_millis(20));
+    }
+    eprintln!("{what} on port {port} did not answer PING");
+    false
+}
+
+/// A redis-server this test owns (stopped on drop), persisting to an append-only file in
+/// its own directory so a restart finds its data again.
+pub struct RedisServer {
+    child: Option<Child>,
+    pub port: u16,
+    dir: PathBuf,
+    args: Vec<String>,
+}
+
+impl RedisServer {
+    pub fn start(extra: &[&str]) -> Option<RedisServer> {
+        let Some(bin) = binary("redis-server") else {
+            unavailable("redis-server", "not found on PATH");
+            return None;
+        };
+        let port = free_port()?;
+        let dir = std::env::temp_dir().join(format!("slidegate-redis-{}-{port}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).ok()?;
+        let mut args: Vec<String> = vec![
+            "--port".into(),
+            port.to_string(),
+            "--bind".into(),
+            "127.0.0.1".into(),
+            "--dir".into(),
+            dir.to_string_lossy().into_owned(),
+            "--save".into(),
+            String::new(),
+            "--appendonly".into(),
+            "yes".into(),
+            "--appendfsync".into(),
+            "always".into(),
+        ];
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        let mut server = RedisServer { child: None, port, dir, args };
+        let _ = bin;
+        if !server.launch() {
+            unavailable("redis-server", "it did not start");
+            return None;
+        }
+        Some(server)
+    }
+
+    fn launch(&mut self) -> bool {
+        let Some(bin) = binary("redis-server") else { return false };
+        let child = Command::new(bin).args(&self.args).stdout(Stdio::null()).stderr(Stdio::null()).spawn();
+        match child {
+            Ok(child) => self.child = Some(child),
+            Err(_) => return false,
+        }
+        wait_for(self.port, "redis-server")
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Stops the server (its data is on disk).
+    pub fn stop(&mut self) {
+        let _ = redis_command(self.port, "SHUTDOWN");
+        if let Some(mut child) = self.child.take() {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                sleep(Duration::from_millis(10));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts it again on the same port and directory.
+    pub fn restart(&mut self) -> bool {
+        self.launch()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A standalone Redis: the CI's, or one started here.
+pub enum Standalone {
+    Given(String),
+    Own(RedisServer),
+}
+
+impl Standalone {
+    pub fn get() -> Option<Standalone> {
+        if let Ok(url) = std::env::var("SLIDEGATE_REDIS_URL") {
+            return Some(Standalone::Given(url));
+        }
+        RedisServer::start(&[]).map(Standalone::Own)
+    }
+
+    pub fn url(&self) -> String {
+        match self {
+            Standalone::Given(url) => url.clone(),
+            Standalone::Own(server) => server.url(),
+        }
+    }
+}
+
+/// A three-primary Redis Cluster: the CI's, or one built here.
+pub enum Cluster {
+    Given(Vec<String>),
+    Own(Vec<RedisServer>),
+}
+
+impl Cluster {
+    pub fn get() -> Option<Cluster> {
+        if let Ok(urls) = std::env::var("SLIDEGATE_REDIS_CLUSTER") {
+            return Some(Cluster::Given(urls.split(',').map(str::to_owned).collect()));
+        }
+        let nodes: Vec<RedisServer> = (0..3)
+            .map(|_| RedisServer::start(&["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"]))
+            .collect::<Option<_>>()?;
+        let Some(cli) = binary("redis-cli") else {
+            unavailable("redis-cli", "not found on PATH (needed to create the cluster)");
+            return None;
+        };
+        let addrs: Vec<String> = nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+        let created = Command::new(cli)
+            .arg("--cluster")
+            .arg("create")
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        if !created.is_ok_and(|s| s.success()) {
+            unavailable("Redis Cluster", "redis-cli --cluster create failed");
+            return None;
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            let ok = nodes.iter().all(|n| {
+                redis_command(n.port, "CLUSTER INFO").is_some_and(|r| r.contains("cluster_state:ok"))
+            });
+            if ok {
+                return Some(Cluster::Own(nodes));
+            }
+            sleep(Duration::from_millis(50));
+        }
+        unavailable("Redis Cluster", "the cluster did not reach cluster_state:ok");
+        None
+    }
+
+    pub fn urls(&self) -> Vec<String> {
+        match self {
+            Cluster::Given(urls) => urls.clone(),
+            Cluster::Own(nodes) => nodes.iter().map(RedisServer::url).collect(),
+        }
+    }
+}
+
+/// A memcached: the CI's (`host:port`), or one started here (killed on drop).
+pub struct Memcached {
+    child: Option<Child>,
+    pub addr: String,
+}
+
+impl Memcached {
+    pub fn get() -> Option<Memcached> {
+        if let Ok(addr) = std::env::var("SLIDEGATE_MEMCACHED") {
+            return Some(Memcached { child: None, addr });
+        }
+        let Some(bin) = binary("memcached") else {
+            unavailable("memcached", "not found on PATH");
+            return None;
+        };
+        let port = free_port()?;
+        let mut command = Command::new(bin);
+        command.args(["-l", "127.0.0.1", "-p", &port.to_string(), "-U", "0"]);
+        // memcached refuses to run as root without -u.
+        command.args(["-u", "root"]);
+        let child = command.stdout(Stdio::null()).stderr(Stdio::null()).spawn().ok()?;
+        let addr = format!("127.0.0.1:{port}");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if TcpStream::connect(&addr).is_ok() {
+                return Some(Memcached { child: Some(child), addr });
+            }
+            sleep(Duration::from_millis(20));
+        }
+        unavailable("memcached", "it did not start");
+        None
+    }
+}
+
+impl Drop for Memcached {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
