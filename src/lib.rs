@@ -50,9 +50,13 @@ mod divisor;
 mod error;
 mod limit;
 mod limiter;
+#[cfg(feature = "memcached")]
+pub mod memcached;
 mod metrics;
 #[cfg(feature = "redis")]
 pub mod redis;
+#[cfg(any(feature = "redis", feature = "memcached"))]
+mod remote;
 mod sync;
 #[cfg(feature = "tower")]
 pub mod tower;

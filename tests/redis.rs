@@ -88,7 +88,7 @@ async fn same_decisions_as_in_process(
             };
             let what =
                 format!("set {set} step {step} key {key} cost {cost} peek {peek} at {:?}", clock.now());
-            assert_eq!(theirs.decided_by(), DecidedBy::Redis, "{what}");
+            assert_eq!(theirs.decided_by(), DecidedBy::Server, "{what}");
             assert_eq!(theirs.is_allowed(), ours.is_allowed(), "{what}: {ours:?} vs {theirs:?}");
             assert_eq!(theirs.remaining(), ours.remaining(), "{what}: {ours:?} vs {theirs:?}");
             assert_eq!(theirs.denial(), ours.denial(), "{what}: {ours:?} vs {theirs:?}");
@@ -169,7 +169,7 @@ async fn many_tasks_on_several_connections_admit_exactly_the_limit() {
                 let mut remainings = Vec::new();
                 for _ in 0..20 {
                     let d = limiter.check(&7).await;
-                    assert_eq!(d.decided_by(), DecidedBy::Redis);
+                    assert_eq!(d.decided_by(), DecidedBy::Server);
                     if d.is_allowed() {
                         admitted.fetch_add(1, Ordering::Relaxed);
                         remainings.push(d.remaining());
@@ -210,7 +210,7 @@ async fn a_stopped_server_is_answered_by_the_fallback_and_nothing_admitted_is_lo
     let closed = build(Fallback::Closed).await.unwrap();
     for _ in 0..3 {
         let d = local.check(&1).await;
-        assert_eq!((d.decided_by(), d.is_allowed()), (DecidedBy::Redis, true));
+        assert_eq!((d.decided_by(), d.is_allowed()), (DecidedBy::Server, true));
     }
     // A server that stalls (DEBUG SLEEP blocks it) does not stall a check past the timeout.
     let port = server.port;
@@ -244,7 +244,7 @@ async fn a_stopped_server_is_answered_by_the_fallback_and_nothing_admitted_is_lo
     let deadline = Instant::now() + Duration::from_secs(10);
     let back = loop {
         let d = local.peek(&1).await;
-        if d.decided_by() == DecidedBy::Redis {
+        if d.decided_by() == DecidedBy::Server {
             break d;
         }
         assert!(Instant::now() < deadline, "Redis did not come back");

@@ -40,9 +40,10 @@ mod hybrid;
 
 pub use hybrid::HybridLimiter;
 
+pub use crate::remote::{Checked, DecidedBy, Fallback};
+
 use std::fmt;
 use std::hash::Hash;
-use std::ops::Deref;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -51,68 +52,6 @@ use ::redis::cluster_async::ClusterConnection;
 use ::redis::{RedisError, RedisResult, Script};
 
 use crate::{ConfigError, Decision, Limit, Limiter, ManualClock};
-
-/// What decides when Redis cannot (an error, or no answer within the timeout).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Fallback {
-    /// Admit (remaining reported as 0): availability first.
-    Open,
-    /// Refuse, with `retry_after` the smallest precision of the limits: protection first.
-    Closed,
-    /// Decide with a local in-process limiter with the same limits (the default); what it
-    /// admits is added to Redis when Redis answers again, so no admission is lost.
-    #[default]
-    Local,
-}
-
-/// Which path decided a [`Checked`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DecidedBy {
-    /// The Redis script.
-    Redis,
-    /// [`Fallback::Open`], because Redis failed or timed out.
-    FailOpen,
-    /// [`Fallback::Closed`], because Redis failed or timed out.
-    FailClosed,
-    /// [`Fallback::Local`], because Redis failed or timed out.
-    Local,
-}
-
-/// A [`Decision`] and the path that made it (it derefs to the decision).
-///
-/// ```
-/// use slidegate::redis::{Checked, DecidedBy};
-/// fn log(checked: &Checked) {
-///     if checked.decided_by() != DecidedBy::Redis {
-///         eprintln!("redis unavailable, decided locally: {:?}", checked.decision());
-///     }
-/// }
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Checked {
-    decision: Decision,
-    decided_by: DecidedBy,
-}
-
-impl Checked {
-    /// The decision.
-    pub fn decision(&self) -> Decision {
-        self.decision
-    }
-
-    /// Which path decided.
-    pub fn decided_by(&self) -> DecidedBy {
-        self.decided_by
-    }
-}
-
-impl Deref for Checked {
-    type Target = Decision;
-
-    fn deref(&self) -> &Decision {
-        &self.decision
-    }
-}
 
 /// Why a Redis limiter could not be built.
 #[derive(Debug)]
@@ -351,7 +290,7 @@ where
             return self.fall_back(key, redis_key, mode, cost);
         }
         match self.remote.call(&redis_key, mode, cost, None).await.ok().as_deref().and_then(decision_of) {
-            Some(decision) => Checked { decision, decided_by: DecidedBy::Redis },
+            Some(decision) => Checked::new(decision, DecidedBy::Server),
             None => self.fall_back(key, redis_key, mode, cost),
         }
     }
@@ -369,17 +308,13 @@ where
                         owed.push((redis_key, cost, at));
                     }
                 }
-                Checked { decision, decided_by: DecidedBy::Local }
+                Checked::new(decision, DecidedBy::Local)
             }
-            (Fallback::Closed, _) => Checked {
-                decision: Decision::limited(
-                    0,
-                    0,
-                    u64::try_from(self.closed_retry.as_nanos()).unwrap_or(u64::MAX),
-                ),
-                decided_by: DecidedBy::FailClosed,
-            },
-            _ => Checked { decision: Decision::allowed(0, 0), decided_by: DecidedBy::FailOpen },
+            (Fallback::Closed, _) => {
+                let retry = u64::try_from(self.closed_retry.as_nanos()).unwrap_or(u64::MAX);
+                Checked::new(Decision::limited(0, 0, retry), DecidedBy::FailClosed)
+            }
+            _ => Checked::new(Decision::allowed(0, 0), DecidedBy::FailOpen),
         }
     }
 

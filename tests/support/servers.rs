@@ -222,6 +222,11 @@ impl Memcached {
         if let Ok(addr) = std::env::var("SLIDEGATE_MEMCACHED") {
             return Some(Memcached { child: None, addr });
         }
+        Memcached::start()
+    }
+
+    /// A memcached of this test's own (to stop).
+    pub fn start() -> Option<Memcached> {
         let Some(bin) = binary("memcached") else {
             unavailable("memcached", "not found on PATH");
             return None;
