@@ -4,8 +4,8 @@
 -- ARGV: mode ('check' | 'peek' | 'add' | 'push'), now in ms ('' = the server's TIME),
 --       cost, ttl in ms, number of limits, then per limit: max, window ms, slot ms,
 --       strict (1/0).
--- Hash fields: 't' the latest time seen (ms; never rewound), 'n' the units ever admitted
--- (hybrid replicas sync through it), 'i:<slot>' the units of limit i in that slot,
+-- Hash fields: 't' the latest time seen (ms; never rewound), 'n' the units hybrid replicas
+-- pushed (they sync through it), 'i:<slot>' the units of limit i in that slot,
 -- 'i:last' the last slot written for limit i (older, out-of-window slots are deleted).
 --
 -- Returns {kind, limit, remaining, retry_ms, now_ms}; kind 0 = admitted, 1 = refused by
@@ -68,10 +68,12 @@ for i = 0, nl - 1 do
   for s = l.k - l.n, l.k do
     fields[#fields + 1] = i .. ':' .. s
   end
+  fields[#fields + 1] = i .. ':last'
   local values = redis.call('HMGET', key, unpack(fields))
+  l.last = tonumber(values[#values] or '-1')
   l.c = {}
   l.whole = 0
-  for idx = 1, #values do
+  for idx = 1, #values - 1 do
     l.c[idx] = tonumber(values[idx] or '0')
     if idx > 1 then l.whole = l.whole + l.c[idx] end
   end
@@ -130,10 +132,11 @@ local function earliest(l, units)
 end
 
 local function count(units)
+  local sets = {'t', now}
   for i = 0, nl - 1 do
     local l = limits[i]
     redis.call('HINCRBY', key, i .. ':' .. l.k, units)
-    local last = tonumber(redis.call('HGET', key, i .. ':last') or '-1')
+    local last = l.last
     if last >= 0 and last < l.k then
       -- Slots now wholly out of the window go (those before last-n went earlier).
       local stale = {}
@@ -143,10 +146,12 @@ local function count(units)
       end
       if #stale > 0 then redis.call('HDEL', key, unpack(stale)) end
     end
-    if last < l.k then redis.call('HSET', key, i .. ':last', l.k) end
+    if last < l.k then
+      sets[#sets + 1] = i .. ':last'
+      sets[#sets + 1] = l.k
+    end
   end
-  redis.call('HINCRBY', key, 'n', units)
-  redis.call('HSET', key, 't', now)
+  redis.call('HSET', key, unpack(sets))
   redis.call('PEXPIRE', key, ttl)
 end
 
