@@ -321,3 +321,28 @@ async fn four_hybrid_replicas_stay_within_the_documented_bound() {
     assert!(total >= 4 * MAX, "only {total} admitted in 5 windows");
     eprintln!("hybrid: first window {first}, steady densest {steady} (bound {bound}), total {total} in 5 s");
 }
+
+#[tokio::test]
+async fn a_caller_clock_behind_the_stored_time_does_not_rewind_it() {
+    let Some(server) = Standalone::get() else { return };
+    let prefix = prefix("rewind");
+    let (ahead, behind) = (ManualClock::new(), ManualClock::new());
+    ahead.advance(Duration::from_secs(100));
+    behind.advance(Duration::from_secs(50));
+    let build = |clock: &ManualClock| {
+        RedisLimiter::<u64>::builder()
+            .url(&server.url())
+            .limit("1/min strict".parse().unwrap())
+            .clock(clock.clone())
+            .prefix(&prefix)
+            .timeout(Duration::from_secs(2))
+            .build()
+    };
+    let (a, b) = (build(&ahead).await.unwrap(), build(&behind).await.unwrap());
+    assert!(a.check(&1).await.is_allowed());
+    // The replica whose clock says 50 s is judged at the stored 100 s: the unit counted at
+    // 100 s (slot [100 s, 101 s) of a strict minute at 1 s slots) frees at 161 s.
+    let d = b.check(&1).await;
+    assert_eq!((d.decided_by(), d.is_allowed()), (DecidedBy::Server, false));
+    assert_eq!(d.retry_after(), Some(Duration::from_secs(61)));
+}
