@@ -82,6 +82,21 @@ pub enum Accuracy {
 /// counted in 1-second slots; a longer window in 60 slots. When that would not divide the
 /// window into whole milliseconds, the default is the largest number of slots below it that
 /// does (at worst one slot). The default therefore always divides the window.
+///
+/// **In configuration files** (feature `serde`), a `Limit` is the string its `Display`
+/// writes and `FromStr` reads, so `"120/min"`, `"240/h@1min"` and `"60/min strict"` load
+/// from TOML, YAML or JSON as they are written everywhere else; a bad string is an error
+/// that says what is wrong.
+///
+/// ```
+/// # #[cfg(feature = "serde")] {
+/// use slidegate::Limit;
+/// let limits: Vec<Limit> = serde_json::from_str(r#"["10/s", "120/min", "240/h@1min strict"]"#).unwrap();
+/// assert_eq!(limits[1], Limit::per_minute(120));
+/// assert_eq!(serde_json::to_string(&limits[0]).unwrap(), r#""10/s""#);
+/// assert!(serde_json::from_str::<Limit>(r#""10 per s""#).unwrap_err().to_string().contains("10 per s"));
+/// # }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Limit {
     max: u64,
@@ -443,5 +458,24 @@ mod tests {
         assert!(matches!("1/s@1min".parse::<Limit>(), Err(ConfigError::PrecisionLongerThanWindow { .. })));
         assert!(matches!("1/d@1s".parse::<Limit>(), Err(ConfigError::TooManySlots { .. })));
         assert!(matches!("4294967296/s".parse::<Limit>(), Err(ConfigError::MaxTooLarge { .. })));
+    }
+}
+
+// `Limit` in configuration files (feature `serde`): see the type's docs.
+#[cfg(feature = "serde")]
+mod serde_impls {
+    use super::Limit;
+
+    impl serde::Serialize for Limit {
+        fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            serializer.collect_str(self)
+        }
+    }
+
+    impl<'de> serde::Deserialize<'de> for Limit {
+        fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Limit, D::Error> {
+            let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+            text.parse().map_err(serde::de::Error::custom)
+        }
     }
 }

@@ -42,7 +42,8 @@ pub const MAX_LOG_UNITS: u64 = 4096;
 /// | `Gcra` | 8 B | up to 2 × `max` (a full burst, then the refill) |
 ///
 /// The README's "Choosing an algorithm" measures each on the same traffic
-/// (`cargo run --release --example accuracy`).
+/// (`cargo run --release --example accuracy`). With feature `serde` it (de)serializes as
+/// its variant's name (`"SlidingWindow"`, `"Gcra"`, ...).
 ///
 /// ```
 /// use slidegate::{Algorithm, Limit, Limiter};
@@ -57,6 +58,7 @@ pub const MAX_LOG_UNITS: u64 = 4096;
 /// # Ok::<(), slidegate::ConfigError>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum Algorithm {
     /// A ring of per-slot counters per key (the default). Interpolated: the oldest slot
     /// counts for the part of it still inside the window, as in the two-bucket estimate.
