@@ -94,6 +94,12 @@ impl Decision {
         Decision::new(LIMIT, limit, remaining, retry_after.min(NO_RETRY - 1))
     }
 
+    /// The same decision with `remaining` replaced.
+    pub(crate) fn with_remaining(self, remaining: u64) -> Decision {
+        let packed = (self.packed.get() & !0xFFFF_FFFF) | remaining.min(u64::from(u32::MAX));
+        Decision { retry_after: self.retry_after, packed: NonZeroU64::new(packed).unwrap_or(self.packed) }
+    }
+
     pub(crate) fn cost_too_large(limit: usize, remaining: u64) -> Decision {
         Decision::new(COST_TOO_LARGE, limit, remaining, NO_RETRY)
     }

@@ -111,6 +111,14 @@ pub enum ConfigError {
         /// The largest `max` a log limit may have ([`MAX_LOG_UNITS`](crate::MAX_LOG_UNITS)).
         most: u64,
     },
+    /// [`Limiter::check_all`](crate::Limiter::check_all) was given more keys than
+    /// [`MAX_IDENTITIES`](crate::MAX_IDENTITIES).
+    TooManyIdentities {
+        /// How many were given.
+        given: usize,
+        /// The most allowed.
+        most: usize,
+    },
     /// A [`Gcra`](crate::Algorithm::Gcra) limit of more than one unit per nanosecond: the
     /// emission interval `window / max` would round to zero.
     RateTooHigh {
@@ -176,6 +184,9 @@ impl fmt::Display for ConfigError {
                 limit.max(),
                 limit.max().saturating_mul(8)
             ),
+            ConfigError::TooManyIdentities { given, most } => {
+                write!(f, "{given} keys given to check_all; at most {most} are charged together")
+            }
             ConfigError::RateTooHigh { limit } => write!(
                 f,
                 "limit {limit}: GCRA spaces units at least 1 ns apart, and {} per {:?} is faster",

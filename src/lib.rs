@@ -67,8 +67,8 @@ pub use clock::ManualClock;
 pub use decision::{Decision, Denial};
 pub use error::ConfigError;
 pub use limit::{Accuracy, Limit, MAX_SLOTS, MAX_UNITS};
-pub use limiter::{Limiter, LimiterBuilder};
-pub use window::MAX_LIMITS;
+pub use limiter::{Identities, Limiter, LimiterBuilder};
+pub use window::{MAX_IDENTITIES, MAX_LIMITS};
 
 /// The per-key protocol, exposed for the `loom-tests` crate only (built with
 /// `--cfg slidegate_loom`). Not part of the public API.

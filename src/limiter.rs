@@ -28,7 +28,7 @@ use crate::decision::Decision;
 use crate::error::ConfigError;
 use crate::limit::Limit;
 use crate::metrics::Metrics;
-use crate::window::{KeyState, Outcome, Policy};
+use crate::window::{KeyState, Outcome, Policy, MAX_IDENTITIES};
 
 /// Shards in the key map: enough that a sweep holds any one shard's lock only briefly and
 /// that two cores rarely meet on one shard.
@@ -197,6 +197,118 @@ where
         let decision = self.decide::<Q, false>(key, cost);
         self.shared.metrics.decided(&decision, cost);
         decision
+    }
+
+    /// Checks one request against several keys at once (its user, its API key, its IP: at
+    /// most [`MAX_IDENTITIES`](crate::MAX_IDENTITIES)): admitted only if every key has room
+    /// in every limit, and then counted against all of them; a refusal counts against none.
+    /// Exact under contention like a single key, and lock-free on the states (the keys are
+    /// looked up one at a time, so no order of keys can deadlock). The decision is about
+    /// [`key`](Identities::key): the key with the least room when admitted, the one that
+    /// frees up last when refused. Keys checked together are inserted before the check
+    /// (a refused request can leave an empty state, swept like any idle key); a key listed
+    /// twice counts once.
+    ///
+    /// ```
+    /// use slidegate::{Limit, Limiter};
+    /// let limiter = Limiter::<&str>::builder().limit(Limit::per_minute(3)).build()?;
+    /// let _ = limiter.check_n(&"user:7", 2);
+    /// let d = limiter.check_all(&[&"user:7", &"ip:203.0.113.9"], 1)?;
+    /// assert!(d.is_allowed());
+    /// assert_eq!((d.key(), d.remaining()), (0, 0)); // user:7 is now full
+    /// let d = limiter.check_all(&[&"user:7", &"ip:203.0.113.9"], 1)?;
+    /// assert_eq!((d.is_allowed(), d.key()), (false, 0));
+    /// assert_eq!(limiter.check(&"ip:203.0.113.9").remaining(), 1); // the refusal took nothing
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn check_all<Q>(&self, keys: &[&Q], cost: u64) -> Result<Identities, ConfigError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        if keys.len() > MAX_IDENTITIES {
+            return Err(ConfigError::TooManyIdentities { given: keys.len(), most: MAX_IDENTITIES });
+        }
+        let shared = &*self.shared;
+        let policy = &shared.policy;
+        let now = shared.now.nanos();
+        let decided = |decision: Decision, key: usize| {
+            shared.metrics.decided(&decision, cost);
+            Ok(Identities { decision, key })
+        };
+        if keys.is_empty() || cost == 0 {
+            let peeks = keys.iter().map(|k| self.decide::<Q, false>(k, 0)).enumerate();
+            let (key, decision) = peeks.min_by_key(|(_, d)| d.remaining()).unwrap_or((0, policy.fresh(0)));
+            return Ok(Identities { decision, key });
+        }
+        if let Some(index) = policy.oversized(cost) {
+            let room = self.decide::<Q, false>(keys[0], 0).remaining();
+            return decided(policy.never(index, room), 0);
+        }
+        loop {
+            let mut states: [Option<KeyState>; MAX_IDENTITIES] = Default::default();
+            for (i, key) in keys.iter().enumerate() {
+                match self.state_of(*key, now) {
+                    Some(state) => states[i] = Some(state),
+                    None => return decided(Decision::too_many_keys(), i),
+                }
+            }
+            // Distinct states only (a key listed twice counts once), remembering each
+            // state's first key.
+            let Some(first) = states.iter().flatten().next() else { return decided(policy.fresh(cost), 0) };
+            let mut refs: [&KeyState; MAX_IDENTITIES] = [first; MAX_IDENTITIES];
+            let mut first_key = [0usize; MAX_IDENTITIES];
+            let mut n = 0;
+            for (i, state) in states.iter().enumerate() {
+                let Some(state) = state else { continue };
+                if !refs[..n].iter().any(|d| d.same(state)) {
+                    refs[n] = state;
+                    first_key[n] = i;
+                    n += 1;
+                }
+            }
+            match KeyState::check_many(&refs[..n], policy, now, cost) {
+                (Outcome::Decided(decision), s) => return decided(decision, first_key[s]),
+                // Expired (replaced by `state_of` on the next round) or retired: again.
+                (Outcome::Expired | Outcome::Retired, _) => {}
+            }
+        }
+    }
+
+    /// The state of `key`, inserted fresh if absent and replaced if expired or retired;
+    /// `None` if it is absent and the table is at `max_keys`.
+    fn state_of<Q>(&self, key: &Q, now: u64) -> Option<KeyState>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let shared = &*self.shared;
+        let policy = &shared.policy;
+        if let Some(held) = shared.map.get(key) {
+            if !held.is_retired() && now.saturating_sub(held.touched()) < policy.expiry() {
+                held.refresh();
+                return Some(held.state.clone());
+            }
+        }
+        match shared.map.entry(key.to_owned()) {
+            Entry::Occupied(mut entry) => {
+                if entry.get().retire(policy, now) || entry.get().is_retired() {
+                    entry.insert(Held::new(KeyState::new(policy, now)));
+                }
+                Some(entry.get().state.clone())
+            }
+            Entry::Vacant(entry) => {
+                // Relaxed: `live` is a counter; the shard lock orders the map itself.
+                if shared.live.fetch_add(1, Ordering::Relaxed) >= shared.max_keys {
+                    shared.live.fetch_sub(1, Ordering::Relaxed);
+                    return None;
+                }
+                shared.metrics.keys(shared.live.load(Ordering::Relaxed));
+                let state = KeyState::new(policy, now);
+                entry.insert(Held::new(state.clone()));
+                Some(state)
+            }
+        }
     }
 
     /// Counts `cost` units for `key` without checking them: units admitted elsewhere (by
@@ -508,6 +620,35 @@ where
     /// ```
     pub fn algorithm(&self) -> Algorithm {
         self.shared.policy.algorithm()
+    }
+}
+
+/// [`Limiter::check_all`]'s decision, and which key it is about (an index into the keys
+/// given). Derefs to the [`Decision`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Identities {
+    decision: Decision,
+    key: usize,
+}
+
+impl Identities {
+    /// The decision.
+    pub fn decision(&self) -> Decision {
+        self.decision
+    }
+
+    /// The index of the key the decision is about: the one with the least room when
+    /// admitted, the one that frees up last when refused.
+    pub fn key(&self) -> usize {
+        self.key
+    }
+}
+
+impl std::ops::Deref for Identities {
+    type Target = Decision;
+
+    fn deref(&self) -> &Decision {
+        &self.decision
     }
 }
 

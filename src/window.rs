@@ -61,6 +61,9 @@ use crate::sync::{AtomicU64, Ordering};
 /// ```
 pub const MAX_LIMITS: usize = 8;
 
+/// The most keys one [`Limiter::check_all`](crate::Limiter::check_all) charges together.
+pub const MAX_IDENTITIES: usize = 4;
+
 const TOUCHED: usize = 0;
 
 #[inline]
@@ -377,8 +380,8 @@ pub(crate) trait Counter {
     fn pin() -> Self::Pin;
     /// Words per limit.
     fn words(rule: &Rule) -> usize;
-    /// Writes the limit's words as empty at `now` (before the state is shared).
-    fn reset(state: &KeyState, rule: &Rule, now: u64);
+    /// The limit's words, empty at `now`: their initial values (`words` is the whole state).
+    fn reset(words: &mut [u64], rule: &Rule, now: u64);
     fn view(state: &KeyState, rule: &Rule, now: u64, expired: bool) -> Self::View;
     /// The view found the state retired under it (the check starts over on the map).
     fn retired(view: &Self::View) -> bool;
@@ -407,14 +410,14 @@ impl Counter for Sliding {
     fn words(rule: &Rule) -> usize {
         1 + usize::from(rule.slots > 1) + rule.ring as usize
     }
-    fn reset(state: &KeyState, rule: &Rule, now: u64) {
+    fn reset(words: &mut [u64], rule: &Rule, now: u64) {
         let (slot, _) = rule.slot_of(now);
-        state.word(rule.at).store(pack(slot, 0), Ordering::Relaxed);
+        words[rule.at] = pack(slot, 0);
         if let Some(at) = rule.sum_word() {
-            state.word(at).store(pack(slot, 0), Ordering::Relaxed);
+            words[at] = pack(slot, 0);
         }
         for i in slot - rule.ring..slot {
-            state.word(rule.position(i)).store(pack(i, 0), Ordering::Relaxed);
+            words[rule.position(i)] = pack(i, 0);
         }
     }
     #[inline(always)]
@@ -463,29 +466,25 @@ pub struct KeyState {
 impl KeyState {
     /// Fresh state: every window empty, as of `now` (ns).
     pub fn new(policy: &Policy, now: u64) -> KeyState {
-        let words: Arc<[AtomicU64]> = (0..policy.words).map(|_| AtomicU64::new(0)).collect();
-        let state = KeyState { words };
-        state.reset(policy, now);
-        state
+        // Every atomic is created with its initial value (no stores after creation: there
+        // is nothing to order, and loom's RMW bookkeeping mishandles an RMW that reads an
+        // initial plain store, https://github.com/tokio-rs/loom/issues/254).
+        let mut init = vec![0u64; policy.words];
+        init[TOUCHED] = now.min(RETIRED - 1);
+        for rule in policy.rules.iter() {
+            match policy.algorithm {
+                Algorithm::SlidingWindow => Sliding::reset(&mut init, rule, now),
+                Algorithm::FixedWindow => Fixed::reset(&mut init, rule, now),
+                Algorithm::SlidingLog => Log::reset(&mut init, rule, now),
+                Algorithm::Gcra => Gcra::reset(&mut init, rule, now),
+            }
+        }
+        KeyState { words: init.into_iter().map(AtomicU64::new).collect() }
     }
 
     #[inline]
     pub(crate) fn word(&self, index: usize) -> &AtomicU64 {
         &self.words[index]
-    }
-
-    /// Writes the state as fresh at `now`. Only for construction, before the state is
-    /// shared, hence `Relaxed`: whatever shares it (the map's lock) publishes these stores.
-    fn reset(&self, policy: &Policy, now: u64) {
-        self.word(TOUCHED).store(now.min(RETIRED - 1), Ordering::Relaxed);
-        for rule in policy.rules.iter() {
-            match policy.algorithm {
-                Algorithm::SlidingWindow => Sliding::reset(self, rule, now),
-                Algorithm::FixedWindow => Fixed::reset(self, rule, now),
-                Algorithm::SlidingLog => Log::reset(self, rule, now),
-                Algorithm::Gcra => Gcra::reset(self, rule, now),
-            }
-        }
     }
 
     #[cfg(any(test, slidegate_loom))]
@@ -577,6 +576,177 @@ impl KeyState {
             self.add(policy, now, cost)
         } else {
             self.check(policy, now, cost, true)
+        }
+    }
+
+    /// Whether two handles share one key's counters.
+    pub(crate) fn same(&self, other: &KeyState) -> bool {
+        Arc::ptr_eq(&self.words, &other.words)
+    }
+
+    /// Checks `cost` against several keys' states at once (distinct states, at most
+    /// [`MAX_IDENTITIES`]): admitted only if every limit of every state has room, and then
+    /// counted in all of them; a refusal counts in none. The same protocol as several limits
+    /// of one key (views, one CAS per limit, rollback and retry when a racing check took the
+    /// room), over all the states' limits in order; no lock is taken, so no order of keys
+    /// can deadlock. Returns, with the outcome, the index of the state the decision's
+    /// `remaining` / denial is about. `Retired` if any state was retired under the check
+    /// (whatever it counted elsewhere has been taken back): look the keys up again.
+    pub fn check_many(states: &[&KeyState], policy: &Policy, now: u64, cost: u64) -> (Outcome, usize) {
+        let n = states.len().min(MAX_IDENTITIES);
+        let Some(&first) = states.first() else { return (Outcome::Decided(policy.fresh(cost)), 0) };
+        // Every check commits the states in one global order (by address), as a single key
+        // commits its limits in one order: two requests charging the same keys in opposite
+        // orders then contend for the same first key, and the loser takes nothing, instead
+        // of each holding one key and refusing for want of the other.
+        let mut order = [0usize; MAX_IDENTITIES];
+        for (i, slot) in order.iter_mut().enumerate() {
+            *slot = i;
+        }
+        order[..n].sort_unstable_by_key(|&i| Arc::as_ptr(&states[i].words).cast::<u8>() as usize);
+        let mut sorted = [first; MAX_IDENTITIES];
+        for (slot, &i) in sorted.iter_mut().zip(&order[..n]) {
+            *slot = states[i];
+        }
+        let sorted = &sorted[..n];
+        let (outcome, s) = match policy.algorithm {
+            Algorithm::SlidingWindow => {
+                KeyState::check_many_with::<Sliding>(sorted, &order[..n], policy, now, cost)
+            }
+            Algorithm::FixedWindow => {
+                KeyState::check_many_with::<Fixed>(sorted, &order[..n], policy, now, cost)
+            }
+            Algorithm::SlidingLog => KeyState::check_many_with::<Log>(sorted, &order[..n], policy, now, cost),
+            Algorithm::Gcra => KeyState::check_many_with::<Gcra>(sorted, &order[..n], policy, now, cost),
+        };
+        (outcome, order[s.min(n - 1)])
+    }
+
+    /// `rank[s]`: state `s`'s position in the caller's order, which breaks ties.
+    fn check_many_with<A: Counter>(
+        states: &[&KeyState],
+        rank: &[usize],
+        policy: &Policy,
+        now: u64,
+        cost: u64,
+    ) -> (Outcome, usize) {
+        let _pin = A::pin();
+        let rules = &policy.rules[..];
+        let width = rules.len();
+        let states = &states[..states.len().min(MAX_IDENTITIES)];
+        let mut views = [A::View::default(); MAX_IDENTITIES * MAX_LIMITS];
+        let mut touched = [0u64; MAX_IDENTITIES];
+        'attempt: loop {
+            let mut admits = true;
+            for (s, state) in states.iter().enumerate() {
+                let (at, expired) = match state.begin(policy, now, cost, true) {
+                    Ok(begun) => begun,
+                    Err(outcome) => return (outcome, s),
+                };
+                touched[s] = at;
+                for (j, rule) in rules.iter().enumerate() {
+                    let view = &mut views[s * width + j];
+                    *view = A::view(state, rule, now, expired);
+                    if A::retired(view) {
+                        return (Outcome::Retired, s);
+                    }
+                    admits &= A::admits(rule, view, cost);
+                }
+            }
+            if !admits || cost == 0 {
+                return KeyState::decide_many::<A>(states, rank, policy, &views, now, cost, admits);
+            }
+            for at in 0..states.len() * width {
+                let (s, j) = (at / width, at % width);
+                loop {
+                    if A::commit(states[s], &rules[j], &views[at], cost) {
+                        break;
+                    }
+                    views[at] = A::view(states[s], &rules[j], now, false);
+                    if A::retired(&views[at]) || !A::admits(&rules[j], &views[at], cost) {
+                        KeyState::roll_back::<A>(states, rules, &views[..at], cost, None);
+                        continue 'attempt;
+                    }
+                }
+            }
+            for (s, state) in states.iter().enumerate() {
+                let committed = rules.iter().zip(&views[s * width..(s + 1) * width]);
+                state.touch::<A>(touched[s], now, committed);
+            }
+            if let Some(lost) = states.iter().position(|state| state.lost_to_retirement()) {
+                // The retired state's units go with it; the others' must not stay counted.
+                KeyState::roll_back::<A>(states, rules, &views[..states.len() * width], cost, Some(lost));
+                return (Outcome::Retired, lost);
+            }
+            return KeyState::decide_many::<A>(states, rank, policy, &views, now, cost, true);
+        }
+    }
+
+    /// Takes back the commits of `views` (in state-major order), except in state `skip`.
+    fn roll_back<A: Counter>(
+        states: &[&KeyState],
+        rules: &[Rule],
+        views: &[A::View],
+        cost: u64,
+        skip: Option<usize>,
+    ) {
+        for (at, view) in views.iter().enumerate() {
+            let (s, j) = (at / rules.len(), at % rules.len());
+            if Some(s) != skip {
+                A::rollback(states[s], &rules[j], view, cost);
+            }
+        }
+    }
+
+    /// The decision over several states: the tightest state's when admitted, the state
+    /// that frees up last when refused.
+    fn decide_many<A: Counter>(
+        states: &[&KeyState],
+        rank: &[usize],
+        policy: &Policy,
+        views: &[A::View],
+        now: u64,
+        cost: u64,
+        allowed: bool,
+    ) -> (Outcome, usize) {
+        let width = policy.rules.len();
+        let decision = |s: usize| {
+            let views = &views[s * width..(s + 1) * width];
+            let admits = policy.rules.iter().zip(views).all(|(r, v)| A::admits(r, v, cost));
+            let d = states[s].decide::<A>(policy, views, now, cost, allowed || admits);
+            // A refusal reports the room before any cost, as for several limits of one key.
+            let room = if allowed || !admits {
+                d.remaining()
+            } else {
+                states[s].decide::<A>(policy, views, now, 0, true).remaining()
+            };
+            (d, room)
+        };
+        let mut best: Option<(usize, Decision)> = None;
+        let mut least = u64::MAX;
+        for s in 0..states.len() {
+            let (d, room) = decision(s);
+            least = least.min(room);
+            let better = match best {
+                None => allowed || !d.is_allowed(),
+                // Admitted: the state with the least room. Refused: the refusing state that
+                // frees up last. Ties go to the first in the caller's order.
+                Some((t, b)) if allowed => (d.remaining(), rank[s]) < (b.remaining(), rank[t]),
+                Some((t, b)) => {
+                    let later = (d.retry_after(), std::cmp::Reverse(rank[s]))
+                        > (b.retry_after(), std::cmp::Reverse(rank[t]));
+                    !d.is_allowed() && (b.is_allowed() || later)
+                }
+            };
+            if better {
+                best = Some((s, d));
+            }
+        }
+        match best {
+            Some((s, d)) if allowed => (Outcome::Decided(d), s),
+            // A refusal reports the least room of any state, as several limits do.
+            Some((s, d)) => (Outcome::Decided(d.with_remaining(least)), s),
+            None => (Outcome::Decided(policy.fresh(cost)), 0),
         }
     }
 

@@ -26,8 +26,8 @@ impl Counter for Fixed {
     fn words(_: &Rule) -> usize {
         1
     }
-    fn reset(state: &KeyState, rule: &Rule, now: u64) {
-        state.word(rule.at()).store(pack(rule.slot_of(now).0, 0), Ordering::Relaxed);
+    fn reset(words: &mut [u64], rule: &Rule, now: u64) {
+        words[rule.at()] = pack(rule.slot_of(now).0, 0);
     }
     #[inline]
     fn view(state: &KeyState, rule: &Rule, now: u64, expired: bool) -> View {

@@ -36,8 +36,8 @@ impl Counter for Gcra {
     fn words(_: &Rule) -> usize {
         1
     }
-    fn reset(state: &KeyState, rule: &Rule, _: u64) {
-        state.word(rule.at()).store(0, Ordering::Relaxed);
+    fn reset(words: &mut [u64], rule: &Rule, _: u64) {
+        words[rule.at()] = 0;
     }
     #[inline]
     fn view(state: &KeyState, rule: &Rule, now: u64, expired: bool) -> View {

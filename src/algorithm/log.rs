@@ -162,8 +162,8 @@ impl Counter for Log {
     fn words(_: &Rule) -> usize {
         1
     }
-    fn reset(state: &KeyState, rule: &Rule, _: u64) {
-        state.word(rule.at()).store(EMPTY, Ordering::Relaxed);
+    fn reset(words: &mut [u64], rule: &Rule, _: u64) {
+        words[rule.at()] = EMPTY;
     }
     fn view(state: &KeyState, rule: &Rule, now: u64, expired: bool) -> View {
         // Acquire: pairs with the Release CAS in `replace` (see there).
