@@ -73,6 +73,8 @@ const ALLOWED: u64 = 1;
 const LIMIT: u64 = 2;
 const COST_TOO_LARGE: u64 = 3;
 const TOO_MANY_KEYS: u64 = 4;
+/// Set on a refusal a shadow-mode limiter turned into an admission.
+const SHADOW: u64 = 0x80;
 
 impl Decision {
     #[inline]
@@ -110,7 +112,21 @@ impl Decision {
 
     #[inline]
     fn kind(&self) -> u64 {
-        (self.packed.get() >> 32) & 0xFF
+        (self.packed.get() >> 32) & 0x7F
+    }
+
+    fn is_shadow(&self) -> bool {
+        (self.packed.get() >> 32) & SHADOW != 0
+    }
+
+    /// This refusal, admitted by a limiter in shadow mode (see
+    /// [`shadow_denial`](Self::shadow_denial)).
+    pub(crate) fn shadowed(self) -> Decision {
+        if self.kind() == ALLOWED || self.kind() == TOO_MANY_KEYS {
+            return self;
+        }
+        let packed = self.packed.get() | SHADOW << 32;
+        Decision { retry_after: self.retry_after, packed: NonZeroU64::new(packed).unwrap_or(self.packed) }
     }
 }
 
@@ -118,6 +134,7 @@ impl fmt::Debug for Decision {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Decision")
             .field("denial", &self.denial())
+            .field("shadow_denial", &self.shadow_denial())
             .field("remaining", &self.remaining())
             .field("retry_after", &self.retry_after())
             .field("tightest_limit", &self.tightest_limit())
@@ -136,7 +153,32 @@ impl Decision {
     /// ```
     #[inline]
     pub fn is_allowed(&self) -> bool {
-        self.kind() == ALLOWED
+        self.kind() == ALLOWED || self.is_shadow()
+    }
+
+    /// In shadow mode ([`LimiterBuilder::shadow`](crate::LimiterBuilder::shadow)): the
+    /// denial this admitted request would have got; `None` otherwise. A shadow denial
+    /// consumes nothing (a refusal never does), so enabling enforcement later changes
+    /// nothing but the answers.
+    ///
+    /// ```
+    /// use slidegate::{Denial, Limit, Limiter};
+    /// let limiter = Limiter::<u64>::builder().limit(Limit::per_second(1)).shadow(true).build()?;
+    /// assert_eq!(limiter.check(&1).shadow_denial(), None);
+    /// let second = limiter.check(&1);
+    /// assert!(second.is_allowed());
+    /// assert_eq!(second.shadow_denial(), Some(Denial::Limit(0)));
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn shadow_denial(&self) -> Option<Denial> {
+        if !self.is_shadow() {
+            return None;
+        }
+        match self.kind() {
+            LIMIT => Some(Denial::Limit(self.tightest_limit())),
+            COST_TOO_LARGE => Some(Denial::CostTooLarge(self.tightest_limit())),
+            _ => None,
+        }
     }
 
     /// Units still available in the tightest limit after this decision (an admitted request
@@ -165,7 +207,7 @@ impl Decision {
     /// # Ok::<(), slidegate::ConfigError>(())
     /// ```
     pub fn retry_after(&self) -> Option<Duration> {
-        (self.retry_after != NO_RETRY).then(|| Duration::from_nanos(self.retry_after))
+        (self.retry_after != NO_RETRY && !self.is_shadow()).then(|| Duration::from_nanos(self.retry_after))
     }
 
     /// Why the request was refused, or `None` if it was admitted.
@@ -177,6 +219,9 @@ impl Decision {
     /// # Ok::<(), slidegate::ConfigError>(())
     /// ```
     pub fn denial(&self) -> Option<Denial> {
+        if self.is_shadow() {
+            return None;
+        }
         let limit = self.tightest_limit();
         match self.kind() {
             LIMIT => Some(Denial::Limit(limit)),

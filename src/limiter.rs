@@ -52,6 +52,8 @@ struct Shared<K> {
     on_drop: fn(&Shared<K>),
     name: String,
     metrics: Metrics,
+    /// Shadow mode: refusals are reported but admitted.
+    shadow: bool,
 }
 
 impl<K> Drop for Shared<K> {
@@ -146,6 +148,7 @@ where
     pub fn builder() -> LimiterBuilder<K> {
         LimiterBuilder {
             name: "slidegate".to_owned(),
+            shadow: false,
             algorithm: Algorithm::default(),
             limits: Vec::new(),
             clock: None,
@@ -196,6 +199,9 @@ where
     {
         let decision = self.decide::<Q, false>(key, cost);
         self.shared.metrics.decided(&decision, cost);
+        if self.shared.shadow {
+            return decision.shadowed();
+        }
         decision
     }
 
@@ -234,6 +240,7 @@ where
         let now = shared.now.nanos();
         let decided = |decision: Decision, key: usize| {
             shared.metrics.decided(&decision, cost);
+            let decision = if shared.shadow { decision.shadowed() } else { decision };
             Ok(Identities { decision, key })
         };
         if keys.is_empty() || cost == 0 {
@@ -737,6 +744,7 @@ impl<K> fmt::Debug for Limiter<K> {
 #[must_use = "a builder does nothing until .build()"]
 pub struct LimiterBuilder<K> {
     name: String,
+    shadow: bool,
     algorithm: Algorithm,
     limits: Vec<Limit>,
     clock: Option<ManualClock>,
@@ -750,6 +758,7 @@ impl<K> fmt::Debug for LimiterBuilder<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LimiterBuilder")
             .field("name", &self.name)
+            .field("shadow", &self.shadow)
             .field("algorithm", &self.algorithm)
             .field("limits", &self.limits)
             .field("manual_clock", &self.clock.is_some())
@@ -791,6 +800,24 @@ where
     /// ```
     pub fn name(mut self, name: &str) -> Self {
         name.clone_into(&mut self.name);
+        self
+    }
+
+    /// Shadow mode: every decision is computed and reported (metrics count the denials as
+    /// usual), but a request a limit refuses is admitted anyway, with the denial it would
+    /// have got in [`Decision::shadow_denial`]; as refusals never consume, a shadow denial
+    /// consumes nothing. For trying a new limit on live traffic before enforcing it. A full
+    /// table (`max_keys`) still refuses: that is capacity, not policy. Default: off.
+    ///
+    /// ```
+    /// use slidegate::{Limit, Limiter};
+    /// let trial = Limiter::<u64>::builder().limit(Limit::per_minute(100)).shadow(true).build()?;
+    /// let would_refuse = (0..150).filter(|_| trial.check(&7).shadow_denial().is_some()).count();
+    /// assert_eq!(would_refuse, 50);
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn shadow(mut self, on: bool) -> Self {
+        self.shadow = on;
         self
     }
 
@@ -912,6 +939,7 @@ where
             on_drop: Shared::release_all,
             metrics: Metrics::new(&self.name, self.limits.len()),
             name: self.name,
+            shadow: self.shadow,
         });
         let sweeper = match ticker {
             None => None,

@@ -764,3 +764,36 @@ proptest! {
         }
     }
 }
+
+/// Shadow mode admits everything, reports what it would have refused, and consumes
+/// nothing for the shadow denials: once the window has passed, exactly `max` pass
+/// unshadowed again.
+#[test]
+fn shadow_mode_reports_denials_without_enforcing_or_consuming() {
+    let clock = ManualClock::new();
+    let limiter = Limiter::<u64>::builder()
+        .limit(Limit::per_second(3).strict())
+        .shadow(true)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    for round in 0..3 {
+        let decisions: Vec<Decision> = (0..10).map(|_| limiter.check(&1)).collect();
+        assert!(decisions.iter().all(Decision::is_allowed), "round {round}: {decisions:?}");
+        let shadowed = decisions.iter().filter(|d| d.shadow_denial() == Some(Denial::Limit(0))).count();
+        assert_eq!(shadowed, 7, "round {round}: {decisions:?}");
+        assert!(decisions[..3].iter().all(|d| d.shadow_denial().is_none()));
+        assert!(decisions.iter().all(|d| d.denial().is_none() && d.retry_after().is_none()));
+        // A strict 3/s holds its units for a window and a slot.
+        clock.advance(Duration::from_secs(2));
+    }
+    // A cost that can never fit is shadowed too; several keys together as well.
+    assert_eq!(limiter.check_n(&2, 4).shadow_denial(), Some(Denial::CostTooLarge(0)));
+    let together = limiter.check_all(&[&1, &3], 4).unwrap();
+    assert!(together.is_allowed() && together.shadow_denial().is_some());
+    // Enforcing limiters never shadow.
+    let enforcing = Limiter::<u64>::builder().limit(Limit::per_second(1)).clock(clock).build().unwrap();
+    let _ = enforcing.check(&1);
+    let refused = enforcing.check(&1);
+    assert_eq!((refused.is_allowed(), refused.shadow_denial()), (false, None));
+}
