@@ -19,6 +19,12 @@ use std::time::Duration;
 
 use slidegate::{Algorithm, ConfigError, Decision, Denial, Limit, Limiter, ManualClock, MAX_LOG_UNITS};
 
+#[allow(dead_code)]
+mod support {
+    pub mod rng;
+}
+use support::rng::Rng;
+
 /// Threads racing on one key (the machine may have only 2 cores: more threads than cores
 /// makes preemption in the middle of a check likely).
 const THREADS: usize = 6;
@@ -104,19 +110,6 @@ fn set(clock: &ManualClock, t: Duration) {
 /// Sends `n` requests of `cost` for `key` now and returns how many were admitted.
 fn hammer(limiter: &Limiter<u64>, key: u64, n: usize, cost: u64) -> usize {
     (0..n).filter(|_| limiter.check_n(&key, cost).is_allowed()).count()
-}
-
-/// Deterministic per-thread pseudo-random numbers (SplitMix64).
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        (z ^ (z >> 31)) % n
-    }
 }
 
 /// Runs `per_thread` checks of key 7 in each of `THREADS` threads started together, with

@@ -13,6 +13,12 @@ use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 use slidegate::{Accuracy, ConfigError, Decision, Denial, Limit, Limiter, ManualClock, MAX_LIMITS};
 
+#[allow(dead_code)]
+mod support {
+    pub mod rng;
+}
+use support::rng::Rng;
+
 const NS: Duration = Duration::from_nanos(1);
 
 fn ms(n: u64) -> Duration {
@@ -40,23 +46,6 @@ where
 /// Sends `n` requests of `cost` now and returns how many were admitted.
 fn hammer(limiter: &Limiter<u64>, key: u64, n: usize, cost: u64) -> usize {
     (0..n).filter(|_| limiter.check_n(&key, cost).is_allowed()).count()
-}
-
-/// Deterministic pseudo-random numbers (SplitMix64), so every run sends the same traffic.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
 }
 
 /// The most admitted units in any closed interval `[t, t + window]` of a sorted log of

@@ -6,8 +6,10 @@
 
 #[allow(dead_code)]
 mod support {
+    pub mod rng;
     pub mod servers;
 }
+use support::rng::Rng;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,19 +24,6 @@ fn prefix(test: &str) -> String {
         std::process::id(),
         std::time::SystemTime::now().elapsed().map_or(0, |d| d.as_nanos())
     )
-}
-
-/// Deterministic pseudo-random numbers (SplitMix64).
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        (z ^ (z >> 31)) % n
-    }
 }
 
 #[tokio::test]

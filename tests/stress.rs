@@ -14,6 +14,12 @@ use std::time::Duration;
 
 use slidegate::{Decision, Denial, Limit, Limiter, ManualClock};
 
+#[allow(dead_code)]
+mod support {
+    pub mod rng;
+}
+use support::rng::Rng;
+
 /// Threads racing on one key (the machine may have only 2 cores: more threads than cores
 /// makes preemption in the middle of a check likely).
 const THREADS: usize = 6;
@@ -29,19 +35,6 @@ fn limiter(limits: &[Limit], clock: &ManualClock) -> Limiter<u64> {
 
 fn parse(text: &str) -> Limit {
     text.parse().unwrap_or_else(|e| panic!("{text}: {e}"))
-}
-
-/// Deterministic per-thread pseudo-random numbers (SplitMix64).
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        (z ^ (z >> 31)) % n
-    }
 }
 
 /// Runs `per_thread` checks of key 7 in each of `THREADS` threads started together, with
