@@ -3,7 +3,18 @@
 //! of which installs it with `#[global_allocator]`.
 
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
+
+thread_local! {
+    /// Allocations made by this thread (const-initialised: reading it never allocates).
+    static MINE: Cell<usize> = const { Cell::new(0) };
+}
+
+fn count_mine() {
+    // `try_with`: the thread-local may be gone while a thread is being torn down.
+    let _ = MINE.try_with(|n| n.set(n.get() + 1));
+}
 
 /// Forwards to the system allocator, counting as it goes.
 pub struct Counting;
@@ -19,6 +30,7 @@ pub static LIVE_BYTES: AtomicUsize = AtomicUsize::new(0);
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        count_mine();
         LIVE_BYTES.fetch_add(layout.size(), Ordering::Relaxed);
         // SAFETY: same contract as our caller's.
         unsafe { System.alloc(layout) }
@@ -30,6 +42,7 @@ unsafe impl GlobalAlloc for Counting {
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        count_mine();
         LIVE_BYTES.fetch_add(new_size, Ordering::Relaxed);
         LIVE_BYTES.fetch_sub(layout.size(), Ordering::Relaxed);
         // SAFETY: same contract as our caller's.
@@ -37,11 +50,12 @@ unsafe impl GlobalAlloc for Counting {
     }
 }
 
-/// Allocations made while `f` runs.
+/// Allocations this thread made while `f` ran (other threads, such as the test harness's,
+/// do not count: the checks under test run on this thread).
 pub fn allocations_during(f: impl FnOnce()) -> usize {
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let before = MINE.with(Cell::get);
     f();
-    ALLOCATIONS.load(Ordering::Relaxed) - before
+    MINE.with(Cell::get) - before
 }
 
 /// Heap bytes allocated now.
