@@ -29,7 +29,9 @@ use crate::{Decision, Limiter};
 /// extra units when each replica admits at a rate `r`, and at most `(R − 1) × max` when the
 /// key is new everywhere and bursts on all replicas at once (nobody has heard of anybody).
 /// Units arrive at the other replicas at sync time rather than at their admission time, so
-/// they also leave those windows up to one interval late (conservative).
+/// they also leave those windows up to one interval late (conservative). A push whose reply
+/// is lost (a timeout) is pushed again with the next sync, so Redis may count it twice
+/// (conservative too).
 pub struct HybridLimiter<K> {
     shared: Arc<Shared<K>>,
     task: tokio::task::JoinHandle<()>,
@@ -139,7 +141,7 @@ where
             known.keys().cloned().chain(own.keys().filter(|k| !known.contains_key(*k)).cloned()).collect();
         for key in keys {
             let mine = own.get(&key).copied().unwrap_or(0);
-            let reply = self.remote.call(&self.remote.key(&key), Mode::Push, mine, None).await;
+            let reply = self.remote.call(&self.remote.key(&key), Mode::Push, mine, None, None).await;
             let Some(total) = reply.ok().and_then(|r| r.first().copied()).and_then(|t| u64::try_from(t).ok())
             else {
                 // Redis did not take them: they go out with the next sync.

@@ -3,7 +3,8 @@
 -- KEYS[1]: the key's hash (hash-tagged by the caller, so it lives on one Cluster slot).
 -- ARGV: mode ('check' | 'peek' | 'add' | 'push'), now in ms ('' = the server's TIME),
 --       cost, ttl in ms, number of limits, then per limit: max, window ms, slot ms,
---       strict (1/0).
+--       strict (1/0); then, for 'add', the caller's id and the entry's sequence number
+--       (an 'add' whose reply was lost is retried with the same number and applied once).
 -- Hash fields: 't' the latest time seen (ms; never rewound), 'n' the units hybrid replicas
 -- pushed (they sync through it), 'i:<slot>' the units of limit i in that slot,
 -- 'i:last' the last slot written for limit i (older, out-of-window slots are deleted).
@@ -156,7 +157,12 @@ local function count(units)
 end
 
 if mode == 'add' then
-  if cost > 0 then count(cost) end
+  local client, seq = ARGV[6 + nl * 4], tonumber(ARGV[7 + nl * 4] or '0')
+  local field = 'a:' .. (client or '')
+  if seq > tonumber(redis.call('HGET', key, field) or '0') then
+    redis.call('HSET', key, field, seq)
+    if cost > 0 then count(cost) end
+  end
   return {0, 0, 0, 0, now}
 end
 

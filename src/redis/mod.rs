@@ -44,6 +44,7 @@ pub use crate::remote::{Checked, DecidedBy, Fallback};
 
 use std::fmt;
 use std::hash::Hash;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -86,6 +87,14 @@ impl From<RedisError> for SetupError {
     fn from(e: RedisError) -> Self {
         SetupError::Redis(e)
     }
+}
+
+/// A unit count the local fallback admitted, for Redis once it answers again.
+struct Owed {
+    redis_key: String,
+    cost: u64,
+    at: u64,
+    seq: u64,
 }
 
 /// The connection: one multiplexed connection (reconnecting by itself), or a Cluster.
@@ -164,11 +173,15 @@ impl Remote {
         mode: Mode,
         cost: u64,
         at_ms: Option<u64>,
+        entry: Option<(&str, u64)>,
     ) -> RedisResult<Vec<i64>> {
         let now = at_ms.or_else(|| self.time.now_ms()).map_or(String::new(), |ms| ms.to_string());
         let limits = u64::try_from(self.limit_args.len() / 4).unwrap_or(0);
         let mut invocation = self.script.key(redis_key);
         invocation.arg(mode.name()).arg(now).arg(cost).arg(self.ttl_ms).arg(limits).arg(&self.limit_args[..]);
+        if let Some((client, seq)) = entry {
+            invocation.arg(client).arg(seq);
+        }
         let run = async {
             match self.conn.clone() {
                 Conn::Single(mut conn) => invocation.invoke_async(&mut conn).await,
@@ -206,7 +219,11 @@ pub struct RedisLimiter<K> {
     local: Option<Limiter<K>>,
     /// Units the local fallback admitted while Redis was unreachable: `(redis key, cost,
     /// ms)`, added to Redis by the next call that reaches it.
-    owed: Mutex<Vec<(String, u64, u64)>>,
+    owed: Mutex<Vec<Owed>>,
+    /// This limiter's id in Redis, and the sequence numbers of what it owes, so that an
+    /// `add` whose reply was lost (a timeout) and is retried is applied once.
+    client: String,
+    seq: AtomicU64,
     /// `retry_after` of a fail-closed refusal.
     closed_retry: Duration,
 }
@@ -289,7 +306,8 @@ where
         if !self.repay().await {
             return self.fall_back(key, redis_key, mode, cost);
         }
-        match self.remote.call(&redis_key, mode, cost, None).await.ok().as_deref().and_then(decision_of) {
+        match self.remote.call(&redis_key, mode, cost, None, None).await.ok().as_deref().and_then(decision_of)
+        {
             Some(decision) => Checked::new(decision, DecidedBy::Server),
             None => self.fall_back(key, redis_key, mode, cost),
         }
@@ -304,8 +322,10 @@ where
                 };
                 if decision.is_allowed() && matches!(mode, Mode::Check) && cost > 0 {
                     let at = self.remote.time.now_ms().unwrap_or_else(wall_ms);
+                    // Relaxed: a unique number, nothing is published with it.
+                    let seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
                     if let Ok(mut owed) = self.owed.lock() {
-                        owed.push((redis_key, cost, at));
+                        owed.push(Owed { redis_key, cost, at, seq });
                     }
                 }
                 Checked::new(decision, DecidedBy::Local)
@@ -325,19 +345,31 @@ where
             Ok(mut owed) if !owed.is_empty() => std::mem::take(&mut *owed),
             _ => return true,
         };
-        let mut unpaid = Vec::new();
-        for (redis_key, cost, at) in owed {
-            if self.remote.call(&redis_key, Mode::Add, cost, Some(at)).await.is_err() {
-                unpaid.push((redis_key, cost, at));
+        // In order, stopping at the first failure: Redis applies an entry only if its
+        // number is above the last one it applied for this limiter.
+        let mut entries = owed.into_iter();
+        while let Some(entry) = entries.next() {
+            let reply = self
+                .remote
+                .call(
+                    &entry.redis_key,
+                    Mode::Add,
+                    entry.cost,
+                    Some(entry.at),
+                    Some((&self.client, entry.seq)),
+                )
+                .await;
+            if reply.is_err() {
+                if let Ok(mut owed) = self.owed.lock() {
+                    let newer = std::mem::take(&mut *owed);
+                    owed.push(entry);
+                    owed.extend(entries);
+                    owed.extend(newer);
+                }
+                return false;
             }
         }
-        if unpaid.is_empty() {
-            return true;
-        }
-        if let Ok(mut owed) = self.owed.lock() {
-            owed.extend(unpaid);
-        }
-        false
+        true
     }
 
     /// Units the local fallback admitted that Redis has not been told about yet.
@@ -348,7 +380,7 @@ where
     /// # }
     /// ```
     pub fn owed_units(&self) -> u64 {
-        self.owed.lock().map_or(0, |owed| owed.iter().map(|o| o.1).sum())
+        self.owed.lock().map_or(0, |owed| owed.iter().map(|o| o.cost).sum())
     }
 }
 
@@ -521,6 +553,8 @@ where
             fallback: self.fallback,
             local: (self.fallback == Fallback::Local).then_some(local),
             owed: Mutex::new(Vec::new()),
+            client: format!("{:x}", ahash::RandomState::new().hash_one(std::process::id())),
+            seq: AtomicU64::new(0),
             closed_retry,
         })
     }
