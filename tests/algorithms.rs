@@ -24,8 +24,7 @@ mod support {
     pub mod race;
     pub mod rng;
 }
-use support::race::{assert_one_sequence, race, THREADS};
-use support::rng::Rng;
+use support::race::{admission_brackets, assert_one_sequence, race};
 
 const ROUNDS: u64 = 30;
 
@@ -282,37 +281,7 @@ fn accuracy_bounds_hold_for_every_algorithm_while_the_clock_moves() {
         for round in 0..8u64 {
             let clock = ManualClock::new();
             let limiter = new_limiter(variant.algorithm(), &[limit], &clock);
-            let barrier = Barrier::new(THREADS + 1);
-            let done = AtomicBool::new(false);
-            let brackets = Mutex::new(Vec::new());
-            thread::scope(|s| {
-                for _ in 0..THREADS {
-                    let (limiter, clock, barrier, done, brackets) =
-                        (&limiter, &clock, &barrier, &done, &brackets);
-                    s.spawn(move || {
-                        let mut mine = Vec::new();
-                        barrier.wait();
-                        while !done.load(Ordering::Acquire) {
-                            let before = clock.now();
-                            if limiter.check(&7).is_allowed() {
-                                mine.push((before, clock.now()));
-                            }
-                        }
-                        brackets.lock().unwrap().extend(mine);
-                    });
-                }
-                let mut rng = Rng(round + 1);
-                barrier.wait();
-                // About 3 windows in steps of 0..=20 ms.
-                while clock.now() < limit.window() * 3 {
-                    thread::sleep(Duration::from_micros(50));
-                    clock.advance(ms(rng.below(21)));
-                }
-                done.store(true, Ordering::Release);
-            });
-            let mut brackets: Vec<(u64, u64)> =
-                brackets.into_inner().unwrap().into_iter().map(|(a, b)| (nanos(a), nanos(b))).collect();
-            brackets.sort_unstable();
+            let brackets = admission_brackets(&limiter, &clock, round, limit.window() * 3);
             let what = format!("{variant:?} {limit}, round {round}");
             assert!(brackets.len() >= 20, "{what}: only {} admitted", brackets.len());
             for &(start, _) in &brackets {

@@ -19,7 +19,7 @@ mod support {
     pub mod race;
     pub mod rng;
 }
-use support::race::{assert_one_sequence, race, THREADS};
+use support::race::{admission_brackets, assert_one_sequence, race, THREADS};
 use support::rng::Rng;
 
 const ROUNDS: usize = 50;
@@ -177,41 +177,7 @@ fn accuracy_bounds_hold_while_the_clock_moves() {
         for round in 0..10u64 {
             let clock = ManualClock::new();
             let limiter = limiter(&[limit], &clock);
-            let barrier = Barrier::new(THREADS + 1);
-            let done = AtomicBool::new(false);
-            let brackets = Mutex::new(Vec::new());
-            thread::scope(|s| {
-                for _ in 0..THREADS {
-                    let (limiter, clock, barrier, done, brackets) =
-                        (&limiter, &clock, &barrier, &done, &brackets);
-                    s.spawn(move || {
-                        let mut mine = Vec::new();
-                        barrier.wait();
-                        while !done.load(Ordering::Acquire) {
-                            let before = clock.now();
-                            if limiter.check(&7).is_allowed() {
-                                mine.push((before, clock.now()));
-                            }
-                        }
-                        brackets.lock().unwrap().extend(mine);
-                    });
-                }
-                let mut rng = Rng(round + 1);
-                barrier.wait();
-                // About 3 windows in steps of 0..=20 ms.
-                while clock.now() < limit.window() * 3 {
-                    thread::sleep(Duration::from_micros(50));
-                    clock.advance(Duration::from_millis(rng.below(21)));
-                }
-                done.store(true, Ordering::Release);
-            });
-            let mut brackets: Vec<(u64, u64)> = brackets
-                .into_inner()
-                .unwrap()
-                .into_iter()
-                .map(|(a, b)| (u64::try_from(a.as_nanos()).unwrap(), u64::try_from(b.as_nanos()).unwrap()))
-                .collect();
-            brackets.sort_unstable();
+            let brackets = admission_brackets(&limiter, &clock, round, limit.window() * 3);
             assert!(brackets.len() >= 20, "{text}, round {round}: only {} admitted", brackets.len());
             for &(start, _) in &brackets {
                 let inside = brackets

@@ -43,17 +43,7 @@ mod imp {
     /// One thread per cost against a fresh state (created at 0) under `limits`, all
     /// counting at `now`; the state and the decisions, in cost order.
     pub fn race(limits: &[Limit], now: u64, costs: &[u64]) -> (loom::sync::Arc<KeyState>, Vec<Decision>) {
-        let policy = policy(limits);
-        let state = loom::sync::Arc::new(KeyState::new(&policy, 0));
-        let handles: Vec<_> = costs
-            .iter()
-            .map(|&cost| {
-                let (state, policy) = (loom::sync::Arc::clone(&state), policy.clone());
-                loom::thread::spawn(move || take(&state, &policy, now, cost))
-            })
-            .collect();
-        let decisions = handles.into_iter().map(|h| h.join().unwrap()).collect();
-        (state, decisions)
+        race_with(limits, Algorithm::SlidingWindow, now, costs)
     }
 
     /// The units limit `j` of `limits` holds at `now`, as a strict or interpolated estimate

@@ -1,10 +1,14 @@
 //! Threads racing on one key at a frozen clock, and the check that their admissions form
 //! one exact sequence: shared by the stress tests of every algorithm.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Barrier, Mutex};
 use std::thread;
+use std::time::Duration;
 
-use slidegate::{Decision, Limiter};
+use slidegate::{Decision, Limiter, ManualClock};
+
+use super::rng::Rng;
 
 /// Threads racing on one key (the machine may have only 2 cores: more threads than cores
 /// makes preemption in the middle of a check likely).
@@ -49,4 +53,48 @@ pub fn assert_one_sequence(max: u64, decisions: &[(u64, Decision)], what: &str) 
         assert_eq!(remaining, left, "{what}: admissions {admitted:?}");
     }
     max - left
+}
+
+/// `THREADS` threads check key 7 of `limiter` while this thread moves `clock` forward in
+/// random steps of 0..=20 ms (seeded by `round`) until it reaches `until`. A unit's
+/// admission time is not known exactly, but it lies between the clock read just before its
+/// check and the one just after: returns those brackets (ns), sorted.
+pub fn admission_brackets(
+    limiter: &Limiter<u64>,
+    clock: &ManualClock,
+    round: u64,
+    until: Duration,
+) -> Vec<(u64, u64)> {
+    let barrier = Barrier::new(THREADS + 1);
+    let done = AtomicBool::new(false);
+    let brackets = Mutex::new(Vec::new());
+    thread::scope(|s| {
+        for _ in 0..THREADS {
+            let (barrier, done, brackets) = (&barrier, &done, &brackets);
+            s.spawn(move || {
+                let mut mine = Vec::new();
+                barrier.wait();
+                // Acquire pairs with the Release store below: stop once the clock is done.
+                while !done.load(Ordering::Acquire) {
+                    let before = clock.now();
+                    if limiter.check(&7).is_allowed() {
+                        mine.push((before, clock.now()));
+                    }
+                }
+                brackets.lock().unwrap().extend(mine);
+            });
+        }
+        let mut rng = Rng(round + 1);
+        barrier.wait();
+        while clock.now() < until {
+            thread::sleep(Duration::from_micros(50));
+            clock.advance(Duration::from_millis(rng.below(21)));
+        }
+        done.store(true, Ordering::Release);
+    });
+    let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap();
+    let mut brackets: Vec<(u64, u64)> =
+        brackets.into_inner().unwrap().into_iter().map(|(a, b)| (ns(a), ns(b))).collect();
+    brackets.sort_unstable();
+    brackets
 }
