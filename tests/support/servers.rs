@@ -20,8 +20,14 @@ pub fn unavailable(what: &str, why: &str) {
     eprintln!("\n!!!!!!!! SKIPPED: {message}; install it (see .ci/run) to run this test !!!!!!!!\n");
 }
 
+/// A free port that a cluster node can use too: Redis Cluster also listens on port + 10000,
+/// so the port must be at most 55535 and port + 10000 free as well (a CI run once drew 59031).
 fn free_port() -> Option<u16> {
-    TcpListener::bind("127.0.0.1:0").ok()?.local_addr().ok().map(|a| a.port())
+    (0..1000).find_map(|_| {
+        let port = TcpListener::bind("127.0.0.1:0").ok()?.local_addr().ok()?.port();
+        let bus = port.checked_add(10_000).filter(|_| port <= 55_535)?;
+        TcpListener::bind(("127.0.0.1", bus)).ok().map(|_| port)
+    })
 }
 
 fn binary(name: &str) -> Option<PathBuf> {
