@@ -125,6 +125,25 @@ pub enum ConfigError {
         /// The offending limit.
         limit: Limit,
     },
+    /// No policy of that name (given to [`Limiter::set_policy`](crate::Limiter::set_policy),
+    /// [`Limiter::update_policy`](crate::Limiter::update_policy) or
+    /// [`LimiterBuilder::default_policy`](crate::LimiterBuilder::default_policy)).
+    UnknownPolicy {
+        /// The name given.
+        name: String,
+    },
+    /// Two policies of one limiter share a name.
+    DuplicatePolicy {
+        /// The name.
+        name: String,
+    },
+    /// A named policy's limits are invalid.
+    InPolicy {
+        /// The policy's name.
+        name: String,
+        /// What is wrong with its limits.
+        error: Box<ConfigError>,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -193,6 +212,9 @@ impl fmt::Display for ConfigError {
                 limit.max(),
                 limit.window()
             ),
+            ConfigError::UnknownPolicy { name } => write!(f, "no policy named {name:?}"),
+            ConfigError::DuplicatePolicy { name } => write!(f, "two policies are named {name:?}"),
+            ConfigError::InPolicy { name, error } => write!(f, "policy {name:?}: {error}"),
         }
     }
 }

@@ -62,6 +62,7 @@ mod limiter;
 #[cfg(feature = "memcached")]
 pub mod memcached;
 mod metrics;
+mod policy;
 #[cfg(feature = "redis")]
 pub mod redis;
 #[cfg(any(feature = "redis", feature = "memcached"))]
@@ -77,7 +78,8 @@ pub use decision::{Decision, Denial};
 pub use error::ConfigError;
 pub use limit::{Accuracy, Limit, MAX_SLOTS, MAX_UNITS};
 pub use limiter::{Identities, Limiter, LimiterBuilder};
-pub use window::{MAX_IDENTITIES, MAX_LIMITS};
+pub use policy::{PolicyConfig, DEFAULT_POLICY};
+pub use window::{Carry, MAX_IDENTITIES, MAX_LIMITS};
 
 /// The per-key protocol, exposed for the `loom-tests` crate only (built with
 /// `--cfg slidegate_loom`). Not part of the public API.
@@ -85,7 +87,7 @@ pub use window::{MAX_IDENTITIES, MAX_LIMITS};
 #[doc(hidden)]
 pub mod model {
     pub use crate::algorithm::Algorithm;
-    pub use crate::window::{KeyState, Outcome, Policy};
+    pub use crate::window::{Carry, KeyState, Outcome, Policy};
 }
 
 // The README's gateway example needs the `tower` and `axum` features (the README's test

@@ -27,8 +27,9 @@ use crate::clock::{start_coarse_clock, ManualClock, Now};
 use crate::decision::Decision;
 use crate::error::ConfigError;
 use crate::limit::Limit;
-use crate::metrics::Metrics;
-use crate::window::{KeyState, Outcome, Policy, MAX_IDENTITIES};
+use crate::metrics::{Denials, Metrics};
+use crate::policy::{PolicyConfig, Tiers, DEFAULT_POLICY};
+use crate::window::{Carry, KeyState, Outcome, Policy, MAX_IDENTITIES};
 
 /// Shards in the key map: enough that a sweep holds any one shard's lock only briefly and
 /// that two cores rarely meet on one shard.
@@ -43,7 +44,12 @@ struct Shared<K> {
     hot: HotKeys,
     second_hash: ahash::RandomState,
     map: DashMap<K, Held, ahash::RandomState>,
-    policy: Policy,
+    /// The named policies, and the keys given one explicitly (`set_policy`); the others
+    /// get the resolver's choice, or the default.
+    tiers: Tiers,
+    overrides: DashMap<K, usize, ahash::RandomState>,
+    resolver: Option<Resolver<K>>,
+    algorithm: Algorithm,
     now: Now,
     max_keys: usize,
     /// Keys in the map, kept by insert and remove so `len()` and `max_keys` cost O(1).
@@ -55,6 +61,9 @@ struct Shared<K> {
     /// Shadow mode: refusals are reported but admitted.
     shadow: bool,
 }
+
+/// Chooses a key's policy by name (see [`LimiterBuilder::resolver`]).
+type Resolver<K> = Box<dyn Fn(&K) -> Option<&str> + Send + Sync>;
 
 impl<K> Drop for Shared<K> {
     fn drop(&mut self) {
@@ -151,6 +160,9 @@ where
             shadow: false,
             algorithm: Algorithm::default(),
             limits: Vec::new(),
+            policies: Vec::new(),
+            default_policy: None,
+            resolver: None,
             clock: None,
             max_keys: None,
             sweep_interval: None,
@@ -197,23 +209,29 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let decision = self.decide::<Q, false>(key, cost);
-        self.shared.metrics.decided(&decision, cost);
-        if self.shared.shadow {
-            return decision.shadowed();
-        }
-        decision
+        let shared = &*self.shared;
+        self.decide::<Q, false>(key, cost, |decision, policy| {
+            shared.metrics.decided(&decision, cost, policy.denials());
+            if shared.shadow || policy.shadow() {
+                return decision.shadowed();
+            }
+            decision
+        })
     }
 
     /// Checks one request against several keys at once (its user, its API key, its IP: at
     /// most [`MAX_IDENTITIES`](crate::MAX_IDENTITIES)): admitted only if every key has room
-    /// in every limit, and then counted against all of them; a refusal counts against none.
-    /// Exact under contention like a single key, and lock-free on the states (the keys are
-    /// looked up one at a time, so no order of keys can deadlock). The decision is about
-    /// [`key`](Identities::key): the key with the least room when admitted, the one that
-    /// frees up last when refused. Keys checked together are inserted before the check
-    /// (a refused request can leave an empty state, swept like any idle key); a key listed
-    /// twice counts once.
+    /// in every limit of its policy, and then counted against all of them; a refusal counts
+    /// against none. Exact under contention like a single key, and lock-free on the states
+    /// (the keys are looked up one at a time, so no order of keys can deadlock). The
+    /// decision is about [`key`](Identities::key): the key with the least room when
+    /// admitted, the one that frees up last when refused. Keys checked together are
+    /// inserted before the check (a refused request can leave an empty state, swept like
+    /// any idle key); a key listed twice counts once.
+    ///
+    /// Keys whose policy is in shadow mode are checked after the others have admitted the
+    /// request, one by one: each counts the request if it has room, and the first that
+    /// has none makes the decision (admitted, with its [`shadow_denial`](Decision::shadow_denial)).
     ///
     /// ```
     /// use slidegate::{Limit, Limiter};
@@ -236,72 +254,110 @@ where
             return Err(ConfigError::TooManyIdentities { given: keys.len(), most: MAX_IDENTITIES });
         }
         let shared = &*self.shared;
-        let policy = &shared.policy;
         let now = shared.now.nanos();
-        let decided = |decision: Decision, key: usize| {
-            shared.metrics.decided(&decision, cost);
-            let decision = if shared.shadow { decision.shadowed() } else { decision };
+        let decided = |decision: Decision, key: usize, denials: &Denials, shadow: bool| {
+            shared.metrics.decided(&decision, cost, denials);
+            let decision = if shared.shadow || shadow { decision.shadowed() } else { decision };
             Ok(Identities { decision, key })
         };
         if keys.is_empty() || cost == 0 {
-            let peeks = keys.iter().map(|k| self.decide::<Q, false>(k, 0)).enumerate();
-            let (key, decision) = peeks.min_by_key(|(_, d)| d.remaining()).unwrap_or((0, policy.fresh(0)));
+            let peeks = keys.iter().map(|k| self.decide::<Q, false>(k, 0, |d, _| d)).enumerate();
+            let fresh = || shared.tiers.current(shared.tiers.default_index()).fresh(0);
+            let (key, decision) = peeks.min_by_key(|(_, d)| d.remaining()).unwrap_or_else(|| (0, fresh()));
             return Ok(Identities { decision, key });
         }
-        if let Some(index) = policy.oversized(cost) {
-            let room = self.decide::<Q, false>(keys[0], 0).remaining();
-            return decided(policy.never(index, room), 0);
-        }
-        loop {
+        'lookup: loop {
             let mut states: [Option<KeyState>; MAX_IDENTITIES] = Default::default();
             for (i, key) in keys.iter().enumerate() {
                 match self.state_of(*key, now) {
                     Some(state) => states[i] = Some(state),
-                    None => return decided(Decision::too_many_keys(), i),
+                    None => return decided(Decision::too_many_keys(), i, &Denials::none(), false),
                 }
             }
             // Distinct states only (a key listed twice counts once), remembering each
-            // state's first key.
-            let Some(first) = states.iter().flatten().next() else { return decided(policy.fresh(cost), 0) };
+            // state's first key; enforced policies first, shadow ones after.
+            let Some(first) = states.iter().flatten().next() else { continue };
             let mut refs: [&KeyState; MAX_IDENTITIES] = [first; MAX_IDENTITIES];
             let mut first_key = [0usize; MAX_IDENTITIES];
-            let mut n = 0;
-            for (i, state) in states.iter().enumerate() {
-                let Some(state) = state else { continue };
-                if !refs[..n].iter().any(|d| d.same(state)) {
-                    refs[n] = state;
-                    first_key[n] = i;
-                    n += 1;
+            let (mut n, mut enforced) = (0, 0);
+            for shadow in [false, true] {
+                for (i, state) in states.iter().enumerate() {
+                    let Some(state) = state.as_ref().filter(|s| s.policy().shadow() == shadow) else {
+                        continue;
+                    };
+                    if !refs[..n].iter().any(|d| d.same(state)) {
+                        refs[n] = state;
+                        first_key[n] = i;
+                        n += 1;
+                    }
+                }
+                if !shadow {
+                    enforced = n;
                 }
             }
-            match KeyState::check_many(&refs[..n], policy, now, cost) {
-                (Outcome::Decided(decision), s) => return decided(decision, first_key[s]),
-                // Expired (replaced by `state_of` on the next round) or retired: again.
-                (Outcome::Expired | Outcome::Retired, _) => {}
+            // A cost above some limit's `max` never fits.
+            for (s, state) in refs[..n].iter().enumerate() {
+                let policy = state.policy();
+                if let Some(index) = policy.oversized(cost) {
+                    if state.is_retired() {
+                        continue 'lookup;
+                    }
+                    let never = policy.never(index, state.room(policy, now));
+                    return decided(never, first_key[s], policy.denials(), s >= enforced);
+                }
             }
+            let (decision, s) = match KeyState::check_many(&refs[..enforced], now, cost) {
+                _ if enforced == 0 => (shared.tiers.current(shared.tiers.default_index()).fresh(cost), 0),
+                (Outcome::Decided(decision), s) => (decision, s),
+                // Expired (replaced by `state_of` on the next round) or retired: again.
+                (Outcome::Expired | Outcome::Retired, _) => continue,
+            };
+            if !decision.is_allowed() || enforced == n {
+                let policy = refs[s].policy();
+                return decided(decision, first_key[s], policy.denials(), false);
+            }
+            shared.metrics.decided(&decision, cost, refs[s].policy().denials());
+            let mut outcome = Identities { decision, key: first_key[s] };
+            for (s, state) in refs[..n].iter().enumerate().skip(enforced) {
+                let policy = state.policy();
+                let shadow = match state.check(policy, now, cost, true) {
+                    Outcome::Decided(d) => d,
+                    // Retired or expired under us: a fresh state would admit.
+                    Outcome::Expired | Outcome::Retired => policy.fresh(cost),
+                };
+                shared.metrics.decided(&shadow, cost, policy.denials());
+                if !shadow.is_allowed() && outcome.decision.shadow_denial().is_none() {
+                    outcome = Identities { decision: shadow.shadowed(), key: first_key[s] };
+                }
+            }
+            return Ok(outcome);
         }
     }
 
-    /// The state of `key`, inserted fresh if absent and replaced if expired or retired;
-    /// `None` if it is absent and the table is at `max_keys`.
+    /// The state of `key`, inserted fresh if absent, replaced if expired or retired, and
+    /// moved to its policy's current version if that changed; `None` if it is absent and
+    /// the table is at `max_keys`.
     fn state_of<Q>(&self, key: &Q, now: u64) -> Option<KeyState>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let shared = &*self.shared;
-        let policy = &shared.policy;
         if let Some(held) = shared.map.get(key) {
-            if !held.is_retired() && now.saturating_sub(held.touched()) < policy.expiry() {
+            let policy = held.state.policy();
+            if !policy.is_replaced()
+                && !held.is_retired()
+                && now.saturating_sub(held.touched()) < policy.expiry()
+            {
                 held.refresh();
                 return Some(held.state.clone());
             }
         }
+        // Chosen before the shard lock: the resolver is the caller's code.
+        let tier = self.tier_of(key);
         match shared.map.entry(key.to_owned()) {
             Entry::Occupied(mut entry) => {
-                if entry.get().retire(policy, now) || entry.get().is_retired() {
-                    entry.insert(Held::new(KeyState::new(policy, now)));
-                }
+                self.renew(entry.get_mut(), now);
                 Some(entry.get().state.clone())
             }
             Entry::Vacant(entry) => {
@@ -311,10 +367,43 @@ where
                     return None;
                 }
                 shared.metrics.keys(shared.live.load(Ordering::Relaxed));
-                let state = KeyState::new(policy, now);
+                let state = KeyState::new(&shared.tiers.current(tier), now);
                 entry.insert(Held::new(state.clone()));
                 Some(state)
             }
+        }
+    }
+
+    /// The policy for a key that has no state yet: its override (`set_policy`), else the
+    /// resolver's choice, else the default. A name the resolver gives that is no policy's
+    /// gets the default too.
+    fn tier_of<Q>(&self, key: &Q) -> usize
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let shared = &*self.shared;
+        if let Some(tier) = shared.overrides.get(key) {
+            return *tier;
+        }
+        let resolved = shared.resolver.as_ref().and_then(|resolve| {
+            let owned = key.to_owned();
+            let name = resolve(&owned)?;
+            shared.tiers.index(name)
+        });
+        resolved.unwrap_or(shared.tiers.default_index())
+    }
+
+    /// Under the shard's write lock: moves `held` to its policy's current version if that
+    /// changed (carrying its counts over as the new version says), or replaces it with a
+    /// fresh state if it is expired or retired (after retiring it for the caches).
+    fn renew(&self, held: &mut Held, now: u64) {
+        let policy = Arc::clone(held.state.policy());
+        if policy.is_replaced() {
+            let newer = self.shared.tiers.current(policy.tier());
+            *held = Held::new(held.state.migrate(&newer, now, newer.carry(), true));
+        } else if held.retire(&policy, now) || held.is_retired() {
+            *held = Held::new(KeyState::new(&policy, now));
         }
     }
 
@@ -336,7 +425,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        self.decide::<Q, true>(key, cost)
+        self.decide::<Q, true>(key, cost, |decision, _| decision)
     }
 
     /// Waits until `cost` units of `key` are admitted, sleeping for each refusal's
@@ -381,97 +470,114 @@ where
         }
     }
 
-    /// [`check_n`](Self::check_n) before the metrics; with `FORCE`, [`record`](Self::record).
+    /// [`check_n`](Self::check_n) before the metrics and shadow mode, which `finish` applies
+    /// given the key's policy; with `FORCE`, [`record`](Self::record).
     #[inline(always)]
-    fn decide<Q, const FORCE: bool>(&self, key: &Q, cost: u64) -> Decision
+    fn decide<Q, const FORCE: bool>(
+        &self,
+        key: &Q,
+        cost: u64,
+        finish: impl Fn(Decision, &Policy) -> Decision,
+    ) -> Decision
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let shared = &*self.shared;
-        let policy = &shared.policy;
         let now = shared.now.nanos();
-        if let Some(index) = policy.oversized(cost).filter(|_| !FORCE) {
-            let room = match shared.map.get(key) {
-                Some(state) => state.room(policy, now),
-                None => policy.fresh(0).remaining(),
-            };
-            return policy.never(index, room);
-        }
+        // One step on a state found in the cache or the map: `None` if the state cannot
+        // answer (its policy was replaced, it is expired, or it was retired).
+        let step = |state: &KeyState| {
+            let policy = state.policy();
+            if policy.is_replaced() {
+                return None;
+            }
+            if let Some(index) = policy.oversized(cost).filter(|_| !FORCE) {
+                // A retired state's policy may no longer be the key's.
+                if state.is_retired() {
+                    return None;
+                }
+                return Some(finish(policy.never(index, state.room(policy, now)), policy));
+            }
+            match state.run::<FORCE>(policy, now, cost) {
+                Outcome::Decided(decision) => Some(finish(decision, policy)),
+                Outcome::Expired | Outcome::Retired => None,
+            }
+        };
         // A key this thread checks again and again: no map, no shard lock (see `cache.rs`).
         let hash = shared.map.hasher().hash_one(key);
         let second = || shared.second_hash.hash_one(key);
-        let cached =
-            shared.hot.with_cached(hash, second, |state| match state.run::<FORCE>(policy, now, cost) {
-                Outcome::Decided(decision) => Some(decision),
-                Outcome::Expired | Outcome::Retired => None,
-            });
-        if let Some(decision) = cached {
+        if let Some(decision) = shared.hot.with_cached(hash, second, &step) {
             return decision;
         }
         loop {
-            let Some(state) = shared.map.get(key) else { break };
-            match state.run::<FORCE>(policy, now, cost) {
-                Outcome::Decided(decision) => {
-                    state.refresh();
-                    shared.hot.missed(hash, second, &state);
-                    return decision;
-                }
-                // Expired, or (defensively: a state is retired only as it leaves the map)
-                // retired: replace it below.
-                Outcome::Expired | Outcome::Retired => {}
+            let Some(held) = shared.map.get(key) else { break };
+            if let Some(decision) = step(&held.state) {
+                held.refresh();
+                shared.hot.missed(hash, second, &held);
+                return decision;
             }
-            drop(state);
-            // Expired: replace it with a fresh state under the shard's write lock (checks
-            // through caches may still hold the old one: `retire` sends them back here),
-            // then check again (the fresh state cannot be expired at `now`).
-            if let Some(mut state) = shared.map.get_mut(key) {
-                if state.retire(policy, now) || state.is_retired() {
-                    *state = Held::new(KeyState::new(policy, now));
-                }
+            drop(held);
+            // Under the shard's write lock: move the state to its policy's new version, or
+            // replace it if expired (checks through caches may still hold the old one:
+            // retiring it sends them back here); then check again.
+            if let Some(mut held) = shared.map.get_mut(key) {
+                self.renew(&mut held, now);
             }
         }
-        if cost == 0 {
-            return policy.fresh(0);
-        }
-        self.insert::<Q, FORCE>(key, now, cost)
+        self.insert::<Q, FORCE>(key, now, cost, &finish)
     }
 
     #[cold]
-    fn insert<Q, const FORCE: bool>(&self, key: &Q, now: u64, cost: u64) -> Decision
+    fn insert<Q, const FORCE: bool>(
+        &self,
+        key: &Q,
+        now: u64,
+        cost: u64,
+        finish: &impl Fn(Decision, &Policy) -> Decision,
+    ) -> Decision
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let shared = &*self.shared;
-        let policy = &shared.policy;
+        // Chosen before the shard lock: the resolver is the caller's code.
+        let policy = shared.tiers.current(self.tier_of(key));
+        if let Some(index) = policy.oversized(cost).filter(|_| !FORCE) {
+            return finish(policy.never(index, policy.fresh(0).remaining()), &policy);
+        }
+        if cost == 0 {
+            return finish(policy.fresh(0), &policy);
+        }
         match shared.map.entry(key.to_owned()) {
-            // Another thread inserted it meanwhile. We hold the write lock: an expired state
-            // is replaced (after retiring it for the caches), and no other thread can retire
-            // the one we check.
+            // Another thread inserted it meanwhile. We hold the write lock: the state is
+            // renewed if it must be, and no other thread can retire the one we check.
             Entry::Occupied(mut entry) => {
-                if entry.get().retire(policy, now) {
-                    entry.insert(Held::new(KeyState::new(policy, now)));
+                self.renew(entry.get_mut(), now);
+                let state = &entry.get().state;
+                let policy = state.policy();
+                if let Some(index) = policy.oversized(cost).filter(|_| !FORCE) {
+                    return finish(policy.never(index, state.room(policy, now)), policy);
                 }
-                match entry.get().run::<FORCE>(policy, now, cost) {
-                    Outcome::Decided(decision) => decision,
-                    Outcome::Expired | Outcome::Retired => policy.fresh(cost),
+                match state.run::<FORCE>(policy, now, cost) {
+                    Outcome::Decided(decision) => finish(decision, policy),
+                    Outcome::Expired | Outcome::Retired => finish(policy.fresh(cost), policy),
                 }
             }
             Entry::Vacant(entry) => {
                 // Relaxed: `live` is a counter; the shard lock orders the map itself.
                 if shared.live.fetch_add(1, Ordering::Relaxed) >= shared.max_keys {
                     shared.live.fetch_sub(1, Ordering::Relaxed);
-                    return Decision::too_many_keys();
+                    return finish(Decision::too_many_keys(), &policy);
                 }
                 shared.metrics.keys(shared.live.load(Ordering::Relaxed));
-                let state = KeyState::new(policy, now);
-                let decision = match state.run::<FORCE>(policy, now, cost) {
+                let state = KeyState::new(&policy, now);
+                let decision = match state.run::<FORCE>(&policy, now, cost) {
                     Outcome::Decided(decision) => decision,
                     Outcome::Expired | Outcome::Retired => policy.fresh(cost),
                 };
                 entry.insert(Held::new(state));
-                decision
+                finish(decision, &policy)
             }
         }
     }
@@ -491,20 +597,30 @@ where
     pub fn peek<Q>(&self, key: &Q) -> Decision
     where
         K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let shared = &*self.shared;
         let now = shared.now.nanos();
-        match shared.map.get(key) {
-            Some(state) => match state.check(&shared.policy, now, 1, false) {
-                Outcome::Decided(decision) => decision,
-                // A retired state is being replaced or removed: both read as empty.
-                Outcome::Expired | Outcome::Retired => shared.policy.fresh(1),
-            },
-            // A new key would be refused while the table is full (until a sweep frees room).
-            None if shared.live.load(Ordering::Relaxed) >= shared.max_keys => Decision::too_many_keys(),
-            None => shared.policy.fresh(1),
+        loop {
+            let Some(held) = shared.map.get(key) else { break };
+            let policy = held.state.policy();
+            if !policy.is_replaced() {
+                return match held.check(policy, now, 1, false) {
+                    Outcome::Decided(decision) => decision,
+                    // A retired state is being replaced or removed: both read as empty.
+                    Outcome::Expired | Outcome::Retired => policy.fresh(1),
+                };
+            }
+            drop(held);
+            if let Some(mut held) = shared.map.get_mut(key) {
+                self.renew(&mut held, now);
+            }
         }
+        // A new key would be refused while the table is full (until a sweep frees room).
+        if shared.live.load(Ordering::Relaxed) >= shared.max_keys {
+            return Decision::too_many_keys();
+        }
+        shared.tiers.current(self.tier_of(key)).fresh(1)
     }
 
     /// Forgets `key`: its windows start empty. Returns whether it was present.
@@ -524,7 +640,7 @@ where
     {
         let Some((_, state)) = self.shared.map.remove(key) else { return false };
         // Checks that hold the state through a cache start over on the map.
-        state.retire_now(&self.shared.policy);
+        state.retire_now(state.policy());
         let live = self.shared.live.fetch_sub(1, Ordering::Relaxed);
         self.shared.metrics.keys(live.saturating_sub(1));
         true
@@ -579,17 +695,195 @@ where
         self.len() == 0
     }
 
-    /// The limits this limiter applies, in builder order (the index a
-    /// [`Denial::Limit`](crate::Denial::Limit) names).
+    /// The limits of the default policy, in builder order (the index a
+    /// [`Denial::Limit`](crate::Denial::Limit) names). See [`policy`](Self::policy) for
+    /// any policy's.
     ///
     /// ```
     /// use slidegate::{Limit, Limiter};
     /// let limiter = Limiter::<u64>::builder().limit("10/s".parse()?).build()?;
-    /// assert_eq!(limiter.limits().next(), Some(&Limit::per_second(10)));
+    /// assert_eq!(limiter.limits(), [Limit::per_second(10)]);
     /// # Ok::<(), slidegate::ConfigError>(())
     /// ```
-    pub fn limits(&self) -> impl Iterator<Item = &Limit> + '_ {
-        self.shared.policy.limits()
+    pub fn limits(&self) -> Vec<Limit> {
+        let tiers = &self.shared.tiers;
+        tiers.current(tiers.default_index()).limits().copied().collect()
+    }
+
+    /// The current configuration of the policy named `name`, if there is one.
+    ///
+    /// ```
+    /// use slidegate::{Limit, Limiter, PolicyConfig};
+    /// let limiter = Limiter::<u64>::builder()
+    ///     .policy("free", PolicyConfig::new([Limit::per_second(5)]))
+    ///     .build()?;
+    /// assert_eq!(limiter.policy("free"), Some(PolicyConfig::new([Limit::per_second(5)])));
+    /// assert_eq!(limiter.policy("gold"), None);
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn policy(&self, name: &str) -> Option<PolicyConfig> {
+        let policy = self.shared.tiers.current(self.shared.tiers.index(name)?);
+        Some(PolicyConfig { limits: policy.limits().copied().collect(), shadow: policy.shadow() })
+    }
+
+    /// The names of the policies, in builder order.
+    ///
+    /// ```
+    /// use slidegate::{Limit, Limiter, PolicyConfig};
+    /// let limiter = Limiter::<u64>::builder()
+    ///     .limit(Limit::per_second(5))
+    ///     .policy("paid", PolicyConfig::new([Limit::per_second(50)]))
+    ///     .build()?;
+    /// assert_eq!(limiter.policy_names().collect::<Vec<_>>(), ["default", "paid"]);
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn policy_names(&self) -> impl Iterator<Item = &str> + '_ {
+        self.shared.tiers.names()
+    }
+
+    /// The name of the policy a check of `key` applies now: that of its state if it is
+    /// held, else the one it would get (its override, the resolver's choice, or the
+    /// default).
+    ///
+    /// ```
+    /// use slidegate::{Limit, Limiter, PolicyConfig};
+    /// let limiter = Limiter::<String>::builder()
+    ///     .policy("free", PolicyConfig::new([Limit::per_second(5)]))
+    ///     .policy("paid", PolicyConfig::new([Limit::per_second(50)]))
+    ///     .resolver(|key: &String| key.starts_with("pk_").then_some("paid"))
+    ///     .build()?;
+    /// assert_eq!(limiter.policy_of("pk_42"), "paid");
+    /// assert_eq!(limiter.policy_of("anonymous"), "free"); // the first is the default
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn policy_of<Q>(&self, key: &Q) -> &str
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let tiers = &self.shared.tiers;
+        match self.shared.map.get(key) {
+            Some(held) => tiers.name(held.state.policy().tier()),
+            None => tiers.name(self.tier_of(key)),
+        }
+    }
+
+    /// Puts `key` under the policy named `name` from now on, whatever the resolver says,
+    /// until [`clear_policy`](Self::clear_policy). If the key is held, its state moves to
+    /// the policy at once, its counts carried over [conservatively](Carry::Conservative)
+    /// (exactly if the two policies differ only in `max`): a key moved to a larger quota
+    /// keeps what it used. Overrides are kept until cleared (they are not swept), one
+    /// small map entry each.
+    ///
+    /// ```
+    /// use slidegate::{Limit, Limiter, PolicyConfig};
+    /// let limiter = Limiter::<String>::builder()
+    ///     .policy("free", PolicyConfig::new([Limit::per_minute(10)]))
+    ///     .policy("paid", PolicyConfig::new([Limit::per_minute(100)]))
+    ///     .build()?;
+    /// assert_eq!(limiter.check_n("acme", 10).remaining(), 0);
+    /// limiter.set_policy("acme", "paid")?; // upgraded mid-minute: keeps its 10 used
+    /// assert_eq!(limiter.check("acme").remaining(), 89);
+    /// assert!(limiter.set_policy("acme", "platinum").is_err());
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn set_policy<Q>(&self, key: &Q, name: &str) -> Result<(), ConfigError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let tier = self
+            .shared
+            .tiers
+            .index(name)
+            .ok_or_else(|| ConfigError::UnknownPolicy { name: name.to_owned() })?;
+        self.shared.overrides.insert(key.to_owned(), tier);
+        self.move_to(key, tier);
+        Ok(())
+    }
+
+    /// Removes `key`'s override: it goes back to the resolver's choice or the default (its
+    /// state, if held, moves at once, as in [`set_policy`](Self::set_policy)). Returns
+    /// whether it had one.
+    ///
+    /// ```
+    /// use slidegate::{Limit, Limiter, PolicyConfig};
+    /// let limiter = Limiter::<u64>::builder()
+    ///     .policy("free", PolicyConfig::new([Limit::per_minute(10)]))
+    ///     .policy("banned", PolicyConfig::new([Limit::per_hour(1)]))
+    ///     .build()?;
+    /// limiter.set_policy(&7, "banned")?;
+    /// assert_eq!(limiter.policy_of(&7), "banned");
+    /// assert!(limiter.clear_policy(&7));
+    /// assert_eq!(limiter.policy_of(&7), "free");
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn clear_policy<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        if self.shared.overrides.remove(key).is_none() {
+            return false;
+        }
+        self.move_to(key, self.tier_of(key));
+        true
+    }
+
+    /// Moves a held key's state to policy `tier` (under its shard's write lock).
+    fn move_to<Q>(&self, key: &Q, tier: usize)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let shared = &*self.shared;
+        let now = shared.now.nanos();
+        let policy = shared.tiers.current(tier);
+        if let Some(mut held) = shared.map.get_mut(key) {
+            if !Arc::ptr_eq(held.state.policy(), &policy) {
+                // Not shared: the old policy is not replaced, so holders of the old state
+                // would never look again. Retired, they do.
+                *held = Held::new(held.state.migrate(&policy, now, Carry::Conservative, false));
+            }
+        }
+    }
+
+    /// Replaces the limits (and shadow mode) of the policy named `name` while traffic
+    /// flows. Checks take no lock for it: the new version is published with one atomic
+    /// swap, and each key moves to it at its next check. What happens to the counts
+    /// already recorded:
+    ///
+    /// * only `max` changed (same windows, precisions and accuracy, in the same order):
+    ///   every count carries over exactly, whatever `carry` says; the new `max` applies to
+    ///   checks from the change on. (With [`Algorithm::Gcra`] the units used carry over,
+    ///   rounded up.)
+    /// * a window, a precision or the number of limits changed: per `carry`, either
+    ///   [`Carry::Conservative`] (each new limit starts with what the key is known to have
+    ///   used, so no key can burst because of the change) or [`Carry::Reset`].
+    ///
+    /// A check racing the change is counted under the old version or the new one, never
+    /// lost; at worst (a check committing while its key moves) it is counted in both,
+    /// which errs towards refusing. The policy's name and the limiter's algorithm stay;
+    /// an invalid configuration is an error and changes nothing.
+    ///
+    /// ```
+    /// use slidegate::{Carry, Limit, Limiter, PolicyConfig};
+    /// let limiter = Limiter::<u64>::builder().limit(Limit::per_minute(10)).build()?;
+    /// assert_eq!(limiter.check_n(&1, 10).remaining(), 0);
+    /// // Incident over: raise the limit, counts carry over exactly.
+    /// limiter.update_policy("default", PolicyConfig::new([Limit::per_minute(15)]), Carry::Reset)?;
+    /// assert_eq!(limiter.check(&1).remaining(), 4);
+    /// // A new window: what the key used is carried over, conservatively.
+    /// limiter.update_policy("default", PolicyConfig::new([Limit::per_second(20)]), Carry::Conservative)?;
+    /// assert_eq!(limiter.check(&1).remaining(), 8);
+    /// assert!(limiter.update_policy("default", PolicyConfig::new([]), Carry::Reset).is_err());
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn update_policy(&self, name: &str, config: PolicyConfig, carry: Carry) -> Result<(), ConfigError> {
+        let shared = &*self.shared;
+        let tier =
+            shared.tiers.index(name).ok_or_else(|| ConfigError::UnknownPolicy { name: name.to_owned() })?;
+        shared.tiers.replace(tier, &config, carry, &shared.metrics)
     }
 
     /// Heap bytes one key's counters take (the map entry and allocator overhead come on
@@ -602,7 +896,8 @@ where
     /// # Ok::<(), slidegate::ConfigError>(())
     /// ```
     pub fn state_bytes_per_key(&self) -> usize {
-        self.shared.policy.words_per_key() * 8
+        let tiers = &self.shared.tiers;
+        tiers.current(tiers.default_index()).words_per_key() * 8
     }
 
     /// The limiter's name (see [`LimiterBuilder::name`]).
@@ -626,7 +921,7 @@ where
     /// # Ok::<(), slidegate::ConfigError>(())
     /// ```
     pub fn algorithm(&self) -> Algorithm {
-        self.shared.policy.algorithm()
+        self.shared.algorithm
     }
 }
 
@@ -663,16 +958,15 @@ impl<K: Hash + Eq + Clone> Shared<K> {
     /// Frees what the held states own beyond their words (sliding logs), as the limiter
     /// goes away.
     fn release_all(&self) {
-        if self.policy.algorithm() == Algorithm::SlidingLog {
+        if self.algorithm == Algorithm::SlidingLog {
             for held in self.map.iter() {
-                held.retire_now(&self.policy);
+                held.retire_now(held.state.policy());
             }
         }
     }
 
     fn sweep(&self) -> usize {
         let now = self.now.nanos();
-        let expiry = self.policy.expiry();
         // Find candidates under the shards' read locks, so checks never wait for the scan: a
         // key whose in-map copy of `touched` is recent is passed over without a look at its
         // state. Then each candidate is evicted under its shard's write lock if `retire`
@@ -692,14 +986,15 @@ impl<K: Hash + Eq + Clone> Shared<K> {
                 #[allow(unsafe_code)]
                 let (key, held) = unsafe { bucket.as_ref() };
                 // Relaxed: a hint; `retire` decides.
-                if now.saturating_sub(held.get().touched.load(Ordering::Relaxed)) >= expiry {
+                let held = held.get();
+                if now.saturating_sub(held.touched.load(Ordering::Relaxed)) >= held.state.policy().expiry() {
                     candidates.push(key.clone());
                 }
             }
         }
         let mut evicted = 0;
         for key in candidates {
-            match self.map.remove_if(&key, |_, held| held.retire(&self.policy, now)) {
+            match self.map.remove_if(&key, |_, held| held.retire(held.state.policy(), now)) {
                 Some(_) => evicted += 1,
                 // Still in use (through a cache, so its copy of `touched` was stale).
                 None => {
@@ -720,7 +1015,7 @@ impl<K> fmt::Debug for Limiter<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Limiter")
             .field("name", &self.shared.name)
-            .field("limits", &self.shared.policy.limits().collect::<Vec<_>>())
+            .field("policies", &self.shared.tiers.names().collect::<Vec<_>>())
             .field("keys", &self.shared.live.load(Ordering::Relaxed))
             .field("max_keys", &self.shared.max_keys)
             .finish()
@@ -747,6 +1042,9 @@ pub struct LimiterBuilder<K> {
     shadow: bool,
     algorithm: Algorithm,
     limits: Vec<Limit>,
+    policies: Vec<(String, PolicyConfig)>,
+    default_policy: Option<String>,
+    resolver: Option<Resolver<K>>,
     clock: Option<ManualClock>,
     max_keys: Option<usize>,
     sweep_interval: Option<Duration>,
@@ -761,6 +1059,9 @@ impl<K> fmt::Debug for LimiterBuilder<K> {
             .field("shadow", &self.shadow)
             .field("algorithm", &self.algorithm)
             .field("limits", &self.limits)
+            .field("policies", &self.policies)
+            .field("default_policy", &self.default_policy)
+            .field("resolver", &self.resolver.is_some())
             .field("manual_clock", &self.clock.is_some())
             .field("max_keys", &self.max_keys)
             .field("sweep_interval", &self.sweep_interval)
@@ -781,11 +1082,76 @@ where
     ///     .limit(Limit::per_second(10))
     ///     .limit(Limit::per_minute(120))
     ///     .build()?;
-    /// assert_eq!(limiter.limits().count(), 2);
+    /// assert_eq!(limiter.limits().len(), 2);
     /// # Ok::<(), slidegate::ConfigError>(())
     /// ```
     pub fn limit(mut self, limit: Limit) -> Self {
         self.limits.push(limit);
+        self
+    }
+
+    /// Adds a named policy (a tier: `"free"`, `"paid"`, `"internal"`). Each key is checked
+    /// against one policy: the one [`Limiter::set_policy`] gave it, else the one the
+    /// [`resolver`](Self::resolver) names, else the [default](Self::default_policy). The
+    /// limits given with [`limit`](Self::limit) form a policy named `"default"`. A key's
+    /// state holds a pointer to its policy, not a copy of the limits. One algorithm runs
+    /// every policy.
+    ///
+    /// ```
+    /// use slidegate::{Limit, Limiter, PolicyConfig};
+    /// let limiter = Limiter::<String>::builder()
+    ///     .policy("free", PolicyConfig::new([Limit::per_second(2)]))
+    ///     .policy("paid", PolicyConfig::new([Limit::per_second(20)]))
+    ///     .resolver(|key: &String| key.split_once(':').map(|(tier, _)| tier))
+    ///     .build()?;
+    /// assert_eq!(limiter.check("paid:acme").remaining(), 19);
+    /// assert_eq!(limiter.check("free:bob").remaining(), 1);
+    /// assert_eq!(limiter.check("bob").remaining(), 1); // no tier: the default (the first)
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn policy(mut self, name: &str, config: PolicyConfig) -> Self {
+        self.policies.push((name.to_owned(), config));
+        self
+    }
+
+    /// The policy of keys that have no override and that the resolver names no policy for.
+    /// Default: `"default"` (the limits given with [`limit`](Self::limit)) if there are
+    /// any, else the first [`policy`](Self::policy). A name that is no policy's makes
+    /// [`build`](Self::build) fail.
+    ///
+    /// ```
+    /// use slidegate::{Limit, Limiter, PolicyConfig};
+    /// let limiter = Limiter::<u64>::builder()
+    ///     .policy("free", PolicyConfig::new([Limit::per_second(2)]))
+    ///     .policy("trial", PolicyConfig::new([Limit::per_second(1)]))
+    ///     .default_policy("trial")
+    ///     .build()?;
+    /// assert_eq!(limiter.policy_of(&5), "trial");
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn default_policy(mut self, name: &str) -> Self {
+        self.default_policy = Some(name.to_owned());
+        self
+    }
+
+    /// Chooses a key's policy by name from the key itself. Called once when a key's state
+    /// is created (not on every check), so it must depend on the key alone; `None`, or a
+    /// name that is no policy's, gives the default. To change one key's policy at
+    /// runtime, use [`Limiter::set_policy`].
+    ///
+    /// ```
+    /// use slidegate::{Limit, Limiter, PolicyConfig};
+    /// let limiter = Limiter::<u64>::builder()
+    ///     .policy("users", PolicyConfig::new([Limit::per_second(10)]))
+    ///     .policy("internal", PolicyConfig::new([Limit::per_second(1000)]))
+    ///     .resolver(|id: &u64| (*id < 100).then_some("internal"))
+    ///     .build()?;
+    /// assert_eq!(limiter.policy_of(&7), "internal");
+    /// assert_eq!(limiter.policy_of(&700), "users");
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn resolver(mut self, resolver: impl Fn(&K) -> Option<&str> + Send + Sync + 'static) -> Self {
+        self.resolver = Some(Box::new(resolver));
         self
     }
 
@@ -909,14 +1275,21 @@ where
     /// # Ok::<(), slidegate::ConfigError>(())
     /// ```
     pub fn build(self) -> Result<Limiter<K>, ConfigError> {
-        let policy = Policy::with_algorithm(&self.limits, self.algorithm)?;
+        let metrics = Metrics::new(&self.name);
+        let mut policies = Vec::with_capacity(self.policies.len() + 1);
+        if !self.limits.is_empty() || self.policies.is_empty() {
+            policies.push((DEFAULT_POLICY.to_owned(), PolicyConfig::new(self.limits.iter().copied())));
+        }
+        policies.extend(self.policies);
+        let shortest = policies.iter().flat_map(|(_, p)| &p.limits).map(Limit::window).min();
+        let tiers = Tiers::new(policies, self.default_policy.as_deref(), self.algorithm, &metrics)?;
         if self.max_keys == Some(0) {
             return Err(ConfigError::ZeroMaxKeys);
         }
         let sweep_interval = match self.sweep_interval {
             Some(interval) if interval.is_zero() => return Err(ConfigError::ZeroSweepInterval),
             Some(interval) => interval,
-            None => self.limits.iter().map(Limit::window).min().unwrap_or(Duration::from_secs(1)),
+            None => shortest.unwrap_or(Duration::from_secs(1)),
         };
         let spawn_error =
             |thread| move |e: std::io::Error| ConfigError::ThreadSpawn { thread, reason: e.to_string() };
@@ -932,12 +1305,15 @@ where
             hot: HotKeys::new(),
             second_hash: ahash::RandomState::new(),
             map: DashMap::with_hasher_and_shard_amount(ahash::RandomState::new(), SHARDS),
-            policy,
+            tiers,
+            overrides: DashMap::with_hasher(ahash::RandomState::new()),
+            resolver: self.resolver,
+            algorithm: self.algorithm,
             now,
             max_keys: self.max_keys.unwrap_or(usize::MAX),
             live: AtomicUsize::new(0),
             on_drop: Shared::release_all,
-            metrics: Metrics::new(&self.name, self.limits.len()),
+            metrics,
             name: self.name,
             shadow: self.shadow,
         });

@@ -51,7 +51,7 @@ use http::{Request, Response, StatusCode};
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::{Decision, Denial, Limiter};
+use crate::{Decision, Denial, Limit, Limiter};
 
 /// The `RateLimit-Policy` field name.
 pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
@@ -300,7 +300,7 @@ struct Policy<K> {
 
 impl<K: Hash + Eq + Clone + Send + Sync + 'static> Policy<K> {
     fn new(name: &str, limiter: Arc<Limiter<K>>) -> Policy<K> {
-        let limits: Vec<_> = limiter.limits().copied().collect();
+        let limits: Vec<Limit> = limiter.limits();
         // Structured-field strings: printable ASCII, with `"` and `\` escaped.
         let clean: String = name.chars().filter(|c| c.is_ascii_graphic() || *c == ' ').collect();
         let clean = clean.replace('\\', "\\\\").replace('"', "\\\"");

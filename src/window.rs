@@ -46,7 +46,11 @@ use crate::divisor::Divisor;
 use crate::error::ConfigError;
 use crate::limit::{Accuracy, Limit};
 
+use crate::metrics::Denials;
 use crate::sync::{AtomicU64, Ordering};
+
+/// Not a loom atomic: the flag only sends checks to the map, whose lock orders the rest.
+use std::sync::atomic::AtomicBool;
 
 /// The most limits one limiter may apply together (views live on the stack).
 ///
@@ -149,8 +153,10 @@ impl Rule {
     }
 }
 
-/// The compiled set of limits a limiter applies to every key.
-#[derive(Debug, Clone)]
+/// One version of one of a limiter's named policies: its limits compiled for the hot path.
+/// Immutable once published, except for `replaced`. Every [`KeyState`] holds an `Arc` of the
+/// version it was laid out for, so a check needs nothing but its state.
+#[derive(Debug)]
 pub struct Policy {
     algorithm: Algorithm,
     rules: Box<[Rule]>,
@@ -159,13 +165,24 @@ pub struct Policy {
     expiry: u64,
     /// The smallest `max`: a cost above it never fits (one comparison on the hot path).
     smallest_max: u64,
+    /// The index of the named policy this is a version of, in the limiter's list.
+    tier: usize,
+    /// Decisions are reported but every refusal is admitted.
+    shadow: bool,
+    /// Set once a newer version of the same named policy is published: states laid out for
+    /// this one move to the newer one at their next check (under the map's write lock).
+    replaced: AtomicBool,
+    /// Denial counters labelled with the policy's name (feature `metrics`).
+    denials: Denials,
+    /// How states of older versions move to this one when their layout changes.
+    carry: Carry,
 }
 
 impl Policy {
     /// Validates `limits` together for the sliding window and lays out the per-key words.
     #[cfg(any(test, slidegate_loom))]
-    pub fn new(limits: &[Limit]) -> Result<Policy, ConfigError> {
-        Policy::with_algorithm(limits, Algorithm::SlidingWindow)
+    pub fn new(limits: &[Limit]) -> Result<Arc<Policy>, ConfigError> {
+        Policy::with_algorithm(limits, Algorithm::SlidingWindow).map(Arc::new)
     }
 
     /// Validates `limits` together for `algorithm` and lays out the per-key words.
@@ -224,17 +241,79 @@ impl Policy {
             }
         }
         let smallest_max = rules.iter().map(|r| r.max).min().unwrap_or(0);
-        Ok(Policy { algorithm, rules: rules.into_boxed_slice(), words: at, expiry, smallest_max })
+        Ok(Policy {
+            algorithm,
+            rules: rules.into_boxed_slice(),
+            words: at,
+            expiry,
+            smallest_max,
+            tier: 0,
+            shadow: false,
+            replaced: AtomicBool::new(false),
+            denials: Denials::none(),
+            carry: Carry::Conservative,
+        })
+    }
+
+    /// Makes this a version of the limiter's named policy number `tier`.
+    pub(crate) fn of_tier(mut self, tier: usize, shadow: bool, carry: Carry, denials: Denials) -> Policy {
+        self.tier = tier;
+        self.shadow = shadow;
+        self.carry = carry;
+        self.denials = denials;
+        self
+    }
+
+    /// How states of older versions move to this one (see [`KeyState::migrate`]).
+    pub(crate) fn carry(&self) -> Carry {
+        self.carry
+    }
+
+    /// The index of the named policy this is a version of.
+    #[inline]
+    pub(crate) fn tier(&self) -> usize {
+        self.tier
+    }
+
+    /// Whether the policy runs in shadow (refusals reported, not enforced).
+    #[inline]
+    pub(crate) fn shadow(&self) -> bool {
+        self.shadow
+    }
+
+    #[inline]
+    pub(crate) fn denials(&self) -> &Denials {
+        &self.denials
+    }
+
+    /// Has a newer version of this policy been published? Acquire pairs with the Release
+    /// store in [`mark_replaced`](Self::mark_replaced): whoever sees `true` then finds the
+    /// newer version in the limiter's list.
+    #[inline(always)]
+    pub(crate) fn is_replaced(&self) -> bool {
+        self.replaced.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Called after the newer version is published (see [`is_replaced`](Self::is_replaced)).
+    pub(crate) fn mark_replaced(&self) {
+        self.replaced.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Can a state laid out for `self` serve `newer` as it is? Only when nothing but the
+    /// limits' `max` differs (and not under GCRA, whose state is a time computed from
+    /// `max`): the words mean the same counts, which then carry over exactly.
+    pub(crate) fn same_layout(&self, newer: &Policy) -> bool {
+        self.algorithm == newer.algorithm
+            && self.algorithm != Algorithm::Gcra
+            && self.rules.len() == newer.rules.len()
+            && self.rules.iter().zip(newer.rules.iter()).all(|(a, b)| {
+                a.window == b.window && a.precision == b.precision && a.strict == b.strict && a.at == b.at
+            })
     }
 
     /// A key untouched for this long (ns) holds no count in any window.
     pub(crate) fn expiry(&self) -> u64 {
         self.expiry
-    }
-
-    /// The algorithm every limit of the policy runs.
-    pub fn algorithm(&self) -> Algorithm {
-        self.algorithm
     }
 
     /// The limits, in builder order.
@@ -461,11 +540,30 @@ const RETIRED: u64 = u64::MAX;
 #[derive(Debug, Clone)]
 pub struct KeyState {
     words: Arc<[AtomicU64]>,
+    /// The version of the key's policy the words are laid out for.
+    policy: Arc<Policy>,
+}
+
+/// What a policy change does to the counts of a key whose state must be laid out anew
+/// (a window, a precision or the number of limits changed). A change of `max` alone always
+/// carries the counts over exactly, whatever this says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Carry {
+    /// Each new limit starts with the units the old limits counted over a window at least
+    /// as long as its own (the fewest such, as the tightest known bound), or, when every
+    /// old window is shorter, the most any old limit counted: everything the key is known
+    /// to have used, recorded as used now. It can refuse more than an exact count would
+    /// (the units age out over the new window from now), never admit more than what was
+    /// recorded allows. Units older than every old window were never kept and cannot count.
+    #[default]
+    Conservative,
+    /// Every window starts empty.
+    Reset,
 }
 
 impl KeyState {
     /// Fresh state: every window empty, as of `now` (ns).
-    pub fn new(policy: &Policy, now: u64) -> KeyState {
+    pub fn new(policy: &Arc<Policy>, now: u64) -> KeyState {
         // Every atomic is created with its initial value (no stores after creation: there
         // is nothing to order, and loom's RMW bookkeeping mishandles an RMW that reads an
         // initial plain store, https://github.com/tokio-rs/loom/issues/254).
@@ -479,7 +577,114 @@ impl KeyState {
                 Algorithm::Gcra => Gcra::reset(&mut init, rule, now),
             }
         }
-        KeyState { words: init.into_iter().map(AtomicU64::new).collect() }
+        KeyState { words: init.into_iter().map(AtomicU64::new).collect(), policy: Arc::clone(policy) }
+    }
+
+    /// The version of the policy this state is laid out for.
+    #[inline(always)]
+    pub fn policy(&self) -> &Arc<Policy> {
+        &self.policy
+    }
+
+    /// The state that replaces this one when its policy is replaced by `newer` (another
+    /// version of the same policy, or another policy for the key), called under the map's
+    /// write lock with this state still in the map.
+    ///
+    /// If only the limits' `max` changed ([`Policy::same_layout`]) and `share` (a new version
+    /// of the same policy, whose states of the old version see it replaced), the new state
+    /// shares these words: every count carries over exactly, and checks still holding this
+    /// state keep counting into the same words (under the old `max` until they look again).
+    /// Otherwise this state is retired, so no check can count into it any more, and the
+    /// new one is a copy of its words (same layout, not a sliding log, whose words point to
+    /// entries), fresh, or starts with the units this one counted, per `carry`.
+    ///
+    /// Exactness: a check that counted into this state either finds it retired and starts
+    /// over on the map (its units are then in the new state once, or twice if they were
+    /// read here too: conservative), or its units are read here. The `swap` of `touched`
+    /// and the read-modify-write of every word below, against the commits' AcqRel CAS and
+    /// the SeqCst load of `touched` after it: if the commit comes later than our RMW in
+    /// its word's order, our RMW (Release) synchronizes with the commit (Acquire), so the
+    /// swap happens-before the check's load, which sees `RETIRED`; if it comes earlier,
+    /// the commit (Release) synchronizes with our RMW (Acquire), so the view below sees it.
+    pub fn migrate(&self, newer: &Arc<Policy>, now: u64, carry: Carry, share: bool) -> KeyState {
+        let same_layout = self.policy.same_layout(newer);
+        if same_layout && share {
+            return KeyState { words: Arc::clone(&self.words), policy: Arc::clone(newer) };
+        }
+        // SeqCst: as in `retire`, and the swap's Release half orders it before the RMWs.
+        let touched = self.word(TOUCHED).swap(RETIRED, Ordering::SeqCst);
+        if same_layout && touched != RETIRED && self.policy.algorithm != Algorithm::SlidingLog {
+            // AcqRel: see the doc comment (pairs with the commits' CAS).
+            let mut words: Vec<u64> = self.words.iter().map(|w| w.fetch_add(0, Ordering::AcqRel)).collect();
+            words[TOUCHED] = touched;
+            return KeyState {
+                words: words.into_iter().map(AtomicU64::new).collect(),
+                policy: Arc::clone(newer),
+            };
+        }
+        let fresh = KeyState::new(newer, now);
+        let max_only = self.policy.algorithm == Algorithm::Gcra && {
+            let (a, b) = (&self.policy.rules, &newer.rules);
+            a.len() == b.len()
+                && a.iter().zip(b.iter()).all(|(a, b)| a.window == b.window && a.precision == b.precision)
+        };
+        if touched != RETIRED && (carry == Carry::Conservative || max_only) {
+            for word in self.words.iter() {
+                // AcqRel: see the doc comment (pairs with the commits' CAS).
+                word.fetch_add(0, Ordering::AcqRel);
+            }
+            let expired = now.saturating_sub(touched) >= self.policy.expiry;
+            let used = match self.policy.algorithm {
+                Algorithm::SlidingWindow => self.used::<Sliding>(now, expired),
+                Algorithm::FixedWindow => self.used::<Fixed>(now, expired),
+                Algorithm::SlidingLog => self.used::<Log>(now, expired),
+                Algorithm::Gcra => self.used::<Gcra>(now, expired),
+            };
+            let windows = self.policy.rules.iter().map(|r| r.window).zip(used);
+            let carried: Vec<u64> = newer
+                .rules
+                .iter()
+                .map(|rule| {
+                    let covering = windows.clone().filter(|&(w, _)| w >= rule.window).map(|(_, u)| u).min();
+                    // Not capped at the new `max`: a later rise of `max` must still see them.
+                    // (Each is at most an old `max`, so a sliding log stays within its bound.)
+                    covering.or_else(|| windows.clone().map(|(_, u)| u).max()).unwrap_or(0)
+                })
+                .collect();
+            match newer.algorithm {
+                Algorithm::SlidingWindow => fresh.carry_in::<Sliding>(&carried, now),
+                Algorithm::FixedWindow => fresh.carry_in::<Fixed>(&carried, now),
+                Algorithm::SlidingLog => fresh.carry_in::<Log>(&carried, now),
+                Algorithm::Gcra => fresh.carry_in::<Gcra>(&carried, now),
+            }
+        }
+        self.release(&self.policy);
+        fresh
+    }
+
+    /// Units each limit counts at `now` (what a cost-0 check would see as used).
+    fn used<A: Counter>(&self, now: u64, expired: bool) -> Vec<u64> {
+        let _pin = A::pin();
+        let rules = self.policy.rules.iter();
+        rules
+            .map(|rule| rule.max.saturating_sub(A::room(rule, &A::view(self, rule, now, expired), 0)))
+            .collect()
+    }
+
+    /// Records `units[j]` in limit `j` of a state no other thread can see yet.
+    fn carry_in<A: Counter>(&self, units: &[u64], now: u64) {
+        let _pin = A::pin();
+        let touched = self.touched();
+        let mut views = [A::View::default(); MAX_LIMITS];
+        for ((rule, &cost), view) in self.policy.rules.iter().zip(units).zip(views.iter_mut()) {
+            *view = A::view(self, rule, now, false);
+            // Unshared: the CAS cannot fail, but a failure would only lose carried units.
+            if cost > 0 {
+                let _ = A::commit(self, rule, view, cost);
+            }
+        }
+        let rules = &self.policy.rules;
+        self.touch::<A>(touched, now, rules.iter().zip(views[..rules.len()].iter()));
     }
 
     #[inline]
@@ -546,7 +751,8 @@ impl KeyState {
 
     /// `true` once the state has been retired.
     pub fn is_retired(&self) -> bool {
-        // Relaxed: read under the map's write lock, which orders it.
+        // Relaxed: read under the map's write lock, which orders it, or as a hint before an
+        // answer that writes nothing (a retired state then answers as of just before).
         self.word(TOUCHED).load(Ordering::Relaxed) == RETIRED
     }
 
@@ -592,9 +798,9 @@ impl KeyState {
     /// can deadlock. Returns, with the outcome, the index of the state the decision's
     /// `remaining` / denial is about. `Retired` if any state was retired under the check
     /// (whatever it counted elsewhere has been taken back): look the keys up again.
-    pub fn check_many(states: &[&KeyState], policy: &Policy, now: u64, cost: u64) -> (Outcome, usize) {
+    pub fn check_many(states: &[&KeyState], now: u64, cost: u64) -> (Outcome, usize) {
         let n = states.len().min(MAX_IDENTITIES);
-        let Some(&first) = states.first() else { return (Outcome::Decided(policy.fresh(cost)), 0) };
+        let Some(&first) = states.first() else { return (Outcome::Retired, 0) };
         // Every check commits the states in one global order (by address), as a single key
         // commits its limits in one order: two requests charging the same keys in opposite
         // orders then contend for the same first key, and the loser takes nothing, instead
@@ -609,43 +815,38 @@ impl KeyState {
             *slot = states[i];
         }
         let sorted = &sorted[..n];
-        let (outcome, s) = match policy.algorithm {
-            Algorithm::SlidingWindow => {
-                KeyState::check_many_with::<Sliding>(sorted, &order[..n], policy, now, cost)
-            }
-            Algorithm::FixedWindow => {
-                KeyState::check_many_with::<Fixed>(sorted, &order[..n], policy, now, cost)
-            }
-            Algorithm::SlidingLog => KeyState::check_many_with::<Log>(sorted, &order[..n], policy, now, cost),
-            Algorithm::Gcra => KeyState::check_many_with::<Gcra>(sorted, &order[..n], policy, now, cost),
+        // One algorithm per limiter: every state's policy runs the first one's.
+        let (outcome, s) = match first.policy.algorithm {
+            Algorithm::SlidingWindow => KeyState::check_many_with::<Sliding>(sorted, &order[..n], now, cost),
+            Algorithm::FixedWindow => KeyState::check_many_with::<Fixed>(sorted, &order[..n], now, cost),
+            Algorithm::SlidingLog => KeyState::check_many_with::<Log>(sorted, &order[..n], now, cost),
+            Algorithm::Gcra => KeyState::check_many_with::<Gcra>(sorted, &order[..n], now, cost),
         };
         (outcome, order[s.min(n - 1)])
     }
 
-    /// `rank[s]`: state `s`'s position in the caller's order, which breaks ties.
+    /// `rank[s]`: state `s`'s position in the caller's order, which breaks ties. State `s`'s
+    /// views are `views[s * MAX_LIMITS..][..its limits]` (each state has its own policy).
     fn check_many_with<A: Counter>(
         states: &[&KeyState],
         rank: &[usize],
-        policy: &Policy,
         now: u64,
         cost: u64,
     ) -> (Outcome, usize) {
         let _pin = A::pin();
-        let rules = &policy.rules[..];
-        let width = rules.len();
         let states = &states[..states.len().min(MAX_IDENTITIES)];
         let mut views = [A::View::default(); MAX_IDENTITIES * MAX_LIMITS];
         let mut touched = [0u64; MAX_IDENTITIES];
         'attempt: loop {
             let mut admits = true;
             for (s, state) in states.iter().enumerate() {
-                let (at, expired) = match state.begin(policy, now, cost, true) {
+                let (at, expired) = match state.begin(&state.policy, now, cost, true) {
                     Ok(begun) => begun,
                     Err(outcome) => return (outcome, s),
                 };
                 touched[s] = at;
-                for (j, rule) in rules.iter().enumerate() {
-                    let view = &mut views[s * width + j];
+                for (j, rule) in state.policy.rules.iter().enumerate() {
+                    let view = &mut views[s * MAX_LIMITS + j];
                     *view = A::view(state, rule, now, expired);
                     if A::retired(view) {
                         return (Outcome::Retired, s);
@@ -654,46 +855,52 @@ impl KeyState {
                 }
             }
             if !admits || cost == 0 {
-                return KeyState::decide_many::<A>(states, rank, policy, &views, now, cost, admits);
+                return KeyState::decide_many::<A>(states, rank, &views, now, cost, admits);
             }
-            for at in 0..states.len() * width {
-                let (s, j) = (at / width, at % width);
-                loop {
-                    if A::commit(states[s], &rules[j], &views[at], cost) {
-                        break;
-                    }
-                    views[at] = A::view(states[s], &rules[j], now, false);
-                    if A::retired(&views[at]) || !A::admits(&rules[j], &views[at], cost) {
-                        KeyState::roll_back::<A>(states, rules, &views[..at], cost, None);
-                        continue 'attempt;
+            for (s, state) in states.iter().enumerate() {
+                for (j, rule) in state.policy.rules.iter().enumerate() {
+                    let at = s * MAX_LIMITS + j;
+                    loop {
+                        if A::commit(state, rule, &views[at], cost) {
+                            break;
+                        }
+                        views[at] = A::view(state, rule, now, false);
+                        if A::retired(&views[at]) || !A::admits(rule, &views[at], cost) {
+                            KeyState::roll_back::<A>(states, &views, (s, j), cost, None);
+                            continue 'attempt;
+                        }
                     }
                 }
             }
             for (s, state) in states.iter().enumerate() {
-                let committed = rules.iter().zip(&views[s * width..(s + 1) * width]);
-                state.touch::<A>(touched[s], now, committed);
+                let rules = &state.policy.rules;
+                state.touch::<A>(touched[s], now, rules.iter().zip(&views[s * MAX_LIMITS..][..rules.len()]));
             }
             if let Some(lost) = states.iter().position(|state| state.lost_to_retirement()) {
                 // The retired state's units go with it; the others' must not stay counted.
-                KeyState::roll_back::<A>(states, rules, &views[..states.len() * width], cost, Some(lost));
+                KeyState::roll_back::<A>(states, &views, (states.len(), 0), cost, Some(lost));
                 return (Outcome::Retired, lost);
             }
-            return KeyState::decide_many::<A>(states, rank, policy, &views, now, cost, true);
+            return KeyState::decide_many::<A>(states, rank, &views, now, cost, true);
         }
     }
 
-    /// Takes back the commits of `views` (in state-major order), except in state `skip`.
+    /// Takes back the commits made before limit `until.1` of state `until.0` (in
+    /// state-major order), except in state `skip`.
     fn roll_back<A: Counter>(
         states: &[&KeyState],
-        rules: &[Rule],
         views: &[A::View],
+        until: (usize, usize),
         cost: u64,
         skip: Option<usize>,
     ) {
-        for (at, view) in views.iter().enumerate() {
-            let (s, j) = (at / rules.len(), at % rules.len());
-            if Some(s) != skip {
-                A::rollback(states[s], &rules[j], view, cost);
+        for (s, state) in states.iter().enumerate().take(until.0 + 1) {
+            let rules = &state.policy.rules;
+            let done = if s == until.0 { until.1 } else { rules.len() };
+            for (j, rule) in rules.iter().enumerate().take(done) {
+                if Some(s) != skip {
+                    A::rollback(state, rule, &views[s * MAX_LIMITS + j], cost);
+                }
             }
         }
     }
@@ -703,15 +910,14 @@ impl KeyState {
     fn decide_many<A: Counter>(
         states: &[&KeyState],
         rank: &[usize],
-        policy: &Policy,
         views: &[A::View],
         now: u64,
         cost: u64,
         allowed: bool,
     ) -> (Outcome, usize) {
-        let width = policy.rules.len();
         let decision = |s: usize| {
-            let views = &views[s * width..(s + 1) * width];
+            let policy = &states[s].policy;
+            let views = &views[s * MAX_LIMITS..][..policy.rules.len()];
             let admits = policy.rules.iter().zip(views).all(|(r, v)| A::admits(r, v, cost));
             let d = states[s].decide::<A>(policy, views, now, cost, allowed || admits);
             // A refusal reports the room before any cost, as for several limits of one key.
@@ -746,7 +952,7 @@ impl KeyState {
             Some((s, d)) if allowed => (Outcome::Decided(d), s),
             // A refusal reports the least room of any state, as several limits do.
             Some((s, d)) => (Outcome::Decided(d.with_remaining(least)), s),
-            None => (Outcome::Decided(policy.fresh(cost)), 0),
+            None => (Outcome::Decided(states[0].policy.fresh(cost)), 0),
         }
     }
 
@@ -1100,7 +1306,8 @@ impl KeyState {
         let next = pack(view.slot, view.current + cost);
         // Release pairs with the Acquire load in `view`: the history written just above
         // happens-before any view that sees `next` (or a later value in its release sequence).
-        self.word(rule.at).compare_exchange(view.seen, next, Ordering::Release, Ordering::Relaxed).is_ok()
+        // Acquire pairs with the RMWs of `migrate` (see there).
+        self.word(rule.at).compare_exchange(view.seen, next, Ordering::AcqRel, Ordering::Relaxed).is_ok()
     }
 
     /// Stores `word` in a ring position unless the position already holds a newer slot, or

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::{FileFailurePersistence, TestCaseError};
-use slidegate::{Accuracy, Algorithm, Decision, Denial, Limit, Limiter, ManualClock};
+use slidegate::{Accuracy, Algorithm, Carry, Decision, Denial, Limit, Limiter, ManualClock, PolicyConfig};
 
 const ALGORITHMS: [Algorithm; 4] =
     [Algorithm::SlidingWindow, Algorithm::FixedWindow, Algorithm::SlidingLog, Algorithm::Gcra];
@@ -165,6 +165,9 @@ enum Held {
 
 #[derive(Debug)]
 struct KeyModel {
+    /// The key's policy: its override, else the resolver's (key index modulo the tiers).
+    tier: usize,
+    overridden: bool,
     /// Admitted `(time, cost)` since the key was last reset.
     log: Vec<(u64, u64)>,
     /// The logs of earlier lives of the key, before a `reset`.
@@ -193,7 +196,8 @@ impl Expected {
 }
 
 struct Model {
-    rules: Vec<Rule>,
+    /// Each policy's rules (one policy unless the case draws tiers).
+    tiers: Vec<Vec<Rule>>,
     now: u64,
     /// Idle for longer than this, a key's windows are all empty.
     expiry: u64,
@@ -201,21 +205,32 @@ struct Model {
 }
 
 impl Model {
-    fn new(rules: Vec<Rule>, keys: usize) -> Model {
-        let expiry = rules.iter().map(Rule::expiry).max().unwrap();
-        let keys =
-            (0..keys).map(|_| KeyModel { log: Vec::new(), earlier: Vec::new(), held: Held::No }).collect();
-        Model { rules, now: 0, expiry, keys }
+    fn new(tiers: Vec<Vec<Rule>>, keys: usize) -> Model {
+        let expiry = tiers.iter().flatten().map(Rule::expiry).max().unwrap();
+        let keys = (0..keys)
+            .map(|key| KeyModel {
+                tier: key % tiers.len(),
+                overridden: false,
+                log: Vec::new(),
+                earlier: Vec::new(),
+                held: Held::No,
+            })
+            .collect();
+        Model { tiers, now: 0, expiry, keys }
+    }
+
+    fn rules(&self, key: usize) -> &[Rule] {
+        &self.tiers[self.keys[key].tier]
     }
 
     fn admits_all(&self, key: usize, t: u64, cost: u64) -> bool {
-        self.rules.iter().all(|r| r.admits(&self.keys[key].log, t, cost))
+        self.rules(key).iter().all(|r| r.admits(&self.keys[key].log, t, cost))
     }
 
     /// Minimum room over the limits, and the first limit with it.
     fn tightest(&self, key: usize, cost: u64) -> (usize, u64) {
         let log = &self.keys[key].log;
-        let rooms = self.rules.iter().map(|r| r.room(log, self.now, cost));
+        let rooms = self.rules(key).iter().map(|r| r.room(log, self.now, cost));
         let mut best = (0, u64::MAX);
         for (i, room) in rooms.enumerate() {
             if room < best.1 {
@@ -228,7 +243,7 @@ impl Model {
     /// The decision for a request of `cost` on `key` now; with `commit`, an admitted request
     /// is logged.
     fn decide(&mut self, key: usize, cost: u64, commit: bool) -> Expected {
-        if let Some(i) = self.rules.iter().position(|r| cost > r.max) {
+        if let Some(i) = self.rules(key).iter().position(|r| cost > r.max) {
             let (_, remaining) = self.tightest(key, 0);
             return Expected {
                 denial: Some(Denial::CostTooLarge(i)),
@@ -247,7 +262,7 @@ impl Model {
         }
         let log = &self.keys[key].log;
         let mut refusing = None::<(usize, u64)>;
-        for (j, rule) in self.rules.iter().enumerate() {
+        for (j, rule) in self.rules(key).iter().enumerate() {
             if !rule.admits(log, self.now, cost) {
                 let at = rule.earliest(log, self.now, cost);
                 if refusing.map_or(true, |(_, latest)| at > latest) {
@@ -266,7 +281,7 @@ impl Model {
     }
 
     fn empty(&self, key: usize) -> bool {
-        self.rules.iter().all(|r| r.scaled(&self.keys[key].log, self.now) == 0)
+        self.rules(key).iter().all(|r| r.scaled(&self.keys[key].log, self.now) == 0)
     }
 
     fn idle(&self, key: usize) -> Option<u64> {
@@ -296,6 +311,19 @@ enum Op {
         key: usize,
     },
     Sweep,
+    /// `set_policy(key, tier)`, `clear_policy(key)`, and a new `max` for every limit of a
+    /// tier (`+ bump`, or `- 1` for a bump of 0), through `update_policy`.
+    SetPolicy {
+        key: usize,
+        tier: usize,
+    },
+    ClearPolicy {
+        key: usize,
+    },
+    UpdateMax {
+        tier: usize,
+        bump: u64,
+    },
 }
 
 fn advance() -> impl Strategy<Value = u64> {
@@ -323,6 +351,16 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (0usize..3).prop_map(|key| Op::Peek { key }),
         1 => (0usize..3).prop_map(|key| Op::Reset { key }),
         2 => Just(Op::Sweep),
+    ]
+}
+
+/// [`op`], and the operations on policies.
+fn tier_op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        12 => op(),
+        2 => (0usize..4, 0usize..3).prop_map(|(key, tier)| Op::SetPolicy { key, tier }),
+        1 => (0usize..4).prop_map(|key| Op::ClearPolicy { key }),
+        1 => (0usize..3, 0u64..=3).prop_map(|(tier, bump)| Op::UpdateMax { tier, bump }),
     ]
 }
 
@@ -372,15 +410,46 @@ fn compare(
     Ok(())
 }
 
-fn run(algorithm: Algorithm, limits: &[Limit], keys: usize, ops: &[Op]) -> Result<(), TestCaseError> {
+/// `limit` with another `max` (same window, precision and accuracy).
+fn with_max(limit: &Limit, max: u64) -> Limit {
+    let same = Limit::new(max, limit.window()).precision(limit.get_precision());
+    if limit.accuracy() == Accuracy::Strict {
+        same.strict()
+    } else {
+        same
+    }
+}
+
+const TIERS: [&str; 3] = ["t0", "t1", "t2"];
+
+/// One policy of `limits` (through `.limit()`), or with `tiers`, three policies that differ
+/// from `limits` in `max` only, chosen per key by a resolver (key modulo 3).
+fn run(
+    algorithm: Algorithm,
+    limits: &[Limit],
+    tiers: bool,
+    keys: usize,
+    ops: &[Op],
+) -> Result<(), TestCaseError> {
     let clock = ManualClock::new();
     let mut builder = Limiter::<u64>::builder().clock(clock.clone()).algorithm(algorithm);
-    for limit in limits {
-        builder = builder.limit(*limit);
+    let mut tier_limits = vec![limits.to_vec()];
+    if tiers {
+        tier_limits.push(limits.iter().map(|l| with_max(l, l.max() + 3)).collect());
+        tier_limits.push(limits.iter().map(|l| with_max(l, (l.max() - 1).max(1))).collect());
+        for (name, limits) in TIERS.iter().zip(&tier_limits) {
+            builder = builder.policy(name, PolicyConfig::new(limits.iter().copied()));
+        }
+        builder = builder.resolver(|key: &u64| Some(TIERS[*key as usize % TIERS.len()]));
+    } else {
+        for limit in limits {
+            builder = builder.limit(*limit);
+        }
     }
     let limiter = builder.build().unwrap();
-    prop_assert!(limiter.limits().eq(limits.iter()));
-    let mut model = Model::new(limits.iter().map(|l| Rule::of(l, algorithm)).collect(), keys);
+    prop_assert_eq!(&limiter.limits(), &limits);
+    let rules = |limits: &[Limit]| limits.iter().map(|l| Rule::of(l, algorithm)).collect::<Vec<_>>();
+    let mut model = Model::new(tier_limits.iter().map(|l| rules(l)).collect(), keys);
 
     for (step, op) in ops.iter().enumerate() {
         match *op {
@@ -472,6 +541,31 @@ fn run(algorithm: Algorithm, limits: &[Limit], keys: usize, ops: &[Op]) -> Resul
                     }
                 }
             }
+            Op::SetPolicy { .. } | Op::ClearPolicy { .. } | Op::UpdateMax { .. } if !tiers => {}
+            Op::SetPolicy { key, tier } => {
+                let key = key % keys;
+                limiter.set_policy(&(key as u64), TIERS[tier]).unwrap();
+                (model.keys[key].tier, model.keys[key].overridden) = (tier, true);
+                prop_assert_eq!(limiter.policy_of(&(key as u64)), TIERS[tier]);
+            }
+            Op::ClearPolicy { key } => {
+                let key = key % keys;
+                let had = limiter.clear_policy(&(key as u64));
+                prop_assert_eq!(had, model.keys[key].overridden);
+                (model.keys[key].tier, model.keys[key].overridden) = (key % TIERS.len(), false);
+                prop_assert_eq!(limiter.policy_of(&(key as u64)), TIERS[key % TIERS.len()]);
+            }
+            Op::UpdateMax { tier, bump } => {
+                let limits = &mut tier_limits[tier];
+                for limit in limits.iter_mut() {
+                    let max = if bump == 0 { (limit.max() - 1).max(1) } else { limit.max() + bump };
+                    *limit = with_max(limit, max);
+                }
+                // Only `max` changes: the counts carry over exactly, whatever `Carry` says.
+                let config = PolicyConfig::new(limits.iter().copied());
+                limiter.update_policy(TIERS[tier], config, Carry::Reset).unwrap();
+                model.tiers[tier] = rules(limits);
+            }
         }
         let sure = model.keys.iter().filter(|k| k.held == Held::Yes).count();
         let maybe = model.keys.iter().filter(|k| k.held == Held::Maybe).count();
@@ -488,9 +582,10 @@ fn run(algorithm: Algorithm, limits: &[Limit], keys: usize, ops: &[Op]) -> Resul
     }
 
     // The accuracy bound, on the log of what the limiter admitted (per life of each key).
-    for (key, k) in model.keys.iter().enumerate() {
+    // (With tiers, a key's limits change over its life: the model's decisions were checked.)
+    for (key, k) in model.keys.iter().enumerate().filter(|_| !tiers) {
         for log in k.earlier.iter().chain(std::iter::once(&k.log)) {
-            for (i, rule) in model.rules.iter().enumerate() {
+            for (i, rule) in model.tiers[0].iter().enumerate() {
                 let densest = densest(log, rule.window);
                 let exact = rule.algorithm == Algorithm::SlidingLog;
                 let sliding = rule.algorithm == Algorithm::SlidingWindow;
@@ -548,7 +643,22 @@ proptest! {
         keys in 1usize..=3,
         ops in prop::collection::vec(op(), 1..200),
     ) {
-        run(algorithm, &limits, keys, &ops)?;
+        run(algorithm, &limits, false, keys, &ops)?;
+    }
+
+    /// Three policies differing in `max`, a resolver, overrides set and cleared, and `max`
+    /// changed at runtime: every count carries over exactly, so every decision still
+    /// matches the model. The sliding and fixed windows only: moving a sliding log's or
+    /// GCRA's key to another policy carries its units conservatively (recorded as used
+    /// now), which an exact model cannot follow (tests/policies.rs bounds it instead).
+    #[test]
+    fn tiers_match_the_exact_model(
+        algorithm in prop::sample::select(vec![Algorithm::SlidingWindow, Algorithm::FixedWindow]),
+        limits in limits(),
+        keys in 1usize..=4,
+        ops in prop::collection::vec(tier_op(), 1..200),
+    ) {
+        run(algorithm, &limits, true, keys, &ops)?;
     }
 }
 
@@ -593,6 +703,6 @@ fn a_fixed_boundary_heavy_sequence_matches_the_model() {
         }
     }
     for algorithm in ALGORITHMS {
-        run(algorithm, &limits, 2, &ops).unwrap();
+        run(algorithm, &limits, false, 2, &ops).unwrap();
     }
 }

@@ -8,7 +8,7 @@ pub use imp::*;
 mod imp {
     use std::collections::BTreeSet;
     use std::fmt::Debug;
-    use std::sync::Mutex;
+    use std::sync::{Arc, Mutex};
 
     use slidegate::model::{Algorithm, KeyState, Outcome, Policy};
     use slidegate::{Accuracy, Decision, Limit, MAX_LOG_UNITS};
@@ -18,7 +18,7 @@ mod imp {
     pub const S: u64 = 1_000 * MS;
 
     /// A valid policy (the models only use valid limits).
-    pub fn policy(limits: &[Limit]) -> Policy {
+    pub fn policy(limits: &[Limit]) -> Arc<Policy> {
         Policy::new(limits).unwrap_or_else(|e| panic!("bad policy {limits:?}: {e}"))
     }
 
@@ -74,8 +74,9 @@ mod imp {
     }
 
     /// A valid policy running `algorithm` on every limit.
-    pub fn policy_with(limits: &[Limit], algorithm: Algorithm) -> Policy {
+    pub fn policy_with(limits: &[Limit], algorithm: Algorithm) -> Arc<Policy> {
         Policy::with_algorithm(limits, algorithm)
+            .map(Arc::new)
             .unwrap_or_else(|e| panic!("bad {algorithm:?} policy {limits:?}: {e}"))
     }
 
@@ -102,7 +103,7 @@ mod imp {
 
     /// The decisions of `costs` taken one after another at `now` on a fresh state (created
     /// at 0): what a race at a frozen clock must be equivalent to.
-    pub fn sequential(policy: &Policy, now: u64, costs: &[u64]) -> Vec<Decision> {
+    pub fn sequential(policy: &Arc<Policy>, now: u64, costs: &[u64]) -> Vec<Decision> {
         let state = KeyState::new(policy, 0);
         costs.iter().map(|&cost| take(&state, policy, now, cost)).collect()
     }
@@ -110,7 +111,7 @@ mod imp {
     /// Asserts that `decisions` (one per cost, in the order of `costs`) are exactly those of
     /// taking the same requests one after another in *some* order on a fresh state at `now`:
     /// the race was equivalent to a sequential run (each `remaining` and `retry_after` too).
-    pub fn assert_sequential(policy: &Policy, now: u64, costs: &[u64], decisions: &[Decision]) {
+    pub fn assert_sequential(policy: &Arc<Policy>, now: u64, costs: &[u64], decisions: &[Decision]) {
         assert_eq!(costs.len(), decisions.len());
         let mut order: Vec<usize> = (0..costs.len()).collect();
         let mut orders = Vec::new();

@@ -272,7 +272,7 @@ fn check_vs_retire(algorithm: Algorithm, limits: Vec<Limit>) {
     let seen = std::sync::Arc::clone(&reached);
     loom::model(move || {
         let policy = policy_with(&limits, algorithm);
-        let fresh = |policy: &Policy| {
+        let fresh = |policy: &std::sync::Arc<Policy>| {
             let state = KeyState::new(policy, 0);
             assert!(take(&state, policy, 0, 1).is_allowed());
             state
@@ -317,7 +317,7 @@ fn assert_decided_or_retired(outcome: Outcome, want: Decision) -> bool {
 }
 
 /// After a retirement: the state says so, and every check on it starts over on the map.
-fn assert_stays_retired(state: &KeyState, policy: &Policy, now: u64) {
+fn assert_stays_retired(state: &KeyState, policy: &std::sync::Arc<Policy>, now: u64) {
     assert!(state.is_retired());
     for (cost, commit) in [(1, true), (1, false), (0, false)] {
         assert_eq!(state.check(policy, now, cost, commit), Outcome::Retired);

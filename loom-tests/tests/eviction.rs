@@ -26,7 +26,13 @@ type Shard = RwLock<Option<KeyState>>;
 
 /// `Limiter::check_n` (cost within every max) followed by `Limiter::insert`, on one shard.
 /// `cached`: the clone of the key's state this thread's cache holds, if any.
-fn check_n(shard: &Shard, policy: &Policy, now: u64, cost: u64, cached: Option<&KeyState>) -> Decision {
+fn check_n(
+    shard: &Shard,
+    policy: &std::sync::Arc<Policy>,
+    now: u64,
+    cost: u64,
+    cached: Option<&KeyState>,
+) -> Decision {
     // `cache::with_cached`: no lock at all.
     if let Some(state) = cached {
         if let Outcome::Decided(decision) = state.check(policy, now, cost, true) {
@@ -73,7 +79,7 @@ fn check_n(shard: &Shard, policy: &Policy, now: u64, cost: u64, cached: Option<&
 /// recent, under the read lock; that copy is never newer than the state's, so the filter
 /// only ever sends keys on to `retire`, which decides. The model sends every key.) `true`
 /// if it evicted the key.
-fn sweep(shard: &Shard, policy: &Policy, now: u64) -> bool {
+fn sweep(shard: &Shard, policy: &std::sync::Arc<Policy>, now: u64) -> bool {
     let mut guard = shard.write().unwrap();
     if guard.as_ref().is_some_and(|s| s.retire(policy, now)) {
         *guard = None;
@@ -83,7 +89,7 @@ fn sweep(shard: &Shard, policy: &Policy, now: u64) -> bool {
 }
 
 /// A shard holding a key created at 0 with `prior` units taken at the given times.
-fn prepared(policy: &Policy, prior: &[u64]) -> Arc<Shard> {
+fn prepared(policy: &std::sync::Arc<Policy>, prior: &[u64]) -> Arc<Shard> {
     let state = KeyState::new(policy, 0);
     for &at in prior {
         assert!(take(&state, policy, at, 1).is_allowed());
@@ -93,7 +99,12 @@ fn prepared(policy: &Policy, prior: &[u64]) -> Arc<Shard> {
 
 /// Runs a check at `check_at` against a sweep at `sweep_at`; returns the check's decision
 /// and whether the sweep evicted the key.
-fn check_vs_sweep(shard: &Arc<Shard>, policy: &Policy, check_at: u64, sweep_at: u64) -> (Decision, bool) {
+fn check_vs_sweep(
+    shard: &Arc<Shard>,
+    policy: &std::sync::Arc<Policy>,
+    check_at: u64,
+    sweep_at: u64,
+) -> (Decision, bool) {
     let checker = {
         let (shard, policy) = (Arc::clone(shard), policy.clone());
         thread::spawn(move || check_n(&shard, &policy, check_at, 1, None))

@@ -25,7 +25,7 @@ fn admitted(outcome: (Outcome, usize)) -> bool {
 }
 
 /// Two fresh keys under `limit`, shared by the threads with the policy.
-fn two_keys(limit: Limit) -> (Arc<(KeyState, KeyState)>, Policy) {
+fn two_keys(limit: Limit) -> (Arc<(KeyState, KeyState)>, std::sync::Arc<Policy>) {
     let policy = policy(&[limit]);
     let states = Arc::new((KeyState::new(&policy, 0), KeyState::new(&policy, 0)));
     (states, policy)
@@ -38,11 +38,11 @@ fn opposite_orders_share_the_last_unit() {
     loom::model(move || {
         let (states, p) = two_keys(Limit::per_second(1));
         let spawn = |first: bool| {
-            let (states, p) = (Arc::clone(&states), p.clone());
+            let states = Arc::clone(&states);
             loom::thread::spawn(move || {
                 let (a, b) = (&states.0, &states.1);
                 let keys = if first { [a, b] } else { [b, a] };
-                admitted(KeyState::check_many(&keys, &p, NOW, 1))
+                admitted(KeyState::check_many(&keys, NOW, 1))
             })
         };
         let (t1, t2) = (spawn(true), spawn(false));
@@ -72,12 +72,12 @@ fn a_single_key_check_races_a_request_on_two_keys() {
     loom::model(move || {
         let (states, p) = two_keys(Limit::per_second(1));
         let both = {
-            let (states, p) = (Arc::clone(&states), p.clone());
-            loom::thread::spawn(move || admitted(KeyState::check_many(&[&states.0, &states.1], &p, NOW, 1)))
+            let states = Arc::clone(&states);
+            loom::thread::spawn(move || admitted(KeyState::check_many(&[&states.0, &states.1], NOW, 1)))
         };
         let alone = {
-            let (states, p) = (Arc::clone(&states), p.clone());
-            loom::thread::spawn(move || admitted(KeyState::check_many(&[&states.1], &p, NOW, 1)))
+            let states = Arc::clone(&states);
+            loom::thread::spawn(move || admitted(KeyState::check_many(&[&states.1], NOW, 1)))
         };
         let (both, alone) = (both.join().unwrap(), alone.join().unwrap());
         // Key 1 has one unit: exactly one of the two requests gets it.

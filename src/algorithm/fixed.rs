@@ -55,8 +55,9 @@ impl Counter for Fixed {
     #[inline]
     fn commit(state: &KeyState, rule: &Rule, view: &View, cost: u64) -> bool {
         let next = pack(view.slot, view.current + cost);
-        // Relaxed: the word's modification order alone orders admissions.
-        state.word(rule.at()).compare_exchange(view.seen, next, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+        // The word's modification order alone orders admissions. Acquire pairs with the
+        // RMWs of `KeyState::migrate` (a policy change), which must win or see this commit.
+        state.word(rule.at()).compare_exchange(view.seen, next, Ordering::Acquire, Ordering::Relaxed).is_ok()
     }
     fn rollback(state: &KeyState, rule: &Rule, view: &View, cost: u64) {
         let cell = state.word(rule.at());

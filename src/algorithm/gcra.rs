@@ -57,10 +57,11 @@ impl Counter for Gcra {
     }
     #[inline]
     fn commit(state: &KeyState, rule: &Rule, view: &View, cost: u64) -> bool {
-        // Relaxed: the word's modification order alone orders admissions.
+        // The word's modification order alone orders admissions. Acquire pairs with the
+        // RMWs of `KeyState::migrate` (a policy change), which must win or see this commit.
         state
             .word(rule.at())
-            .compare_exchange(view.seen, view.after(rule, cost), Ordering::Relaxed, Ordering::Relaxed)
+            .compare_exchange(view.seen, view.after(rule, cost), Ordering::Acquire, Ordering::Relaxed)
             .is_ok()
     }
     fn rollback(state: &KeyState, rule: &Rule, _: &View, cost: u64) {

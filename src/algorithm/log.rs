@@ -133,8 +133,9 @@ impl Log {
     /// Publishes `next` in place of `seen`; `false` (and `next` freed) if the word changed.
     fn replace(state: &KeyState, rule: &Rule, seen: u64, next: u64) -> bool {
         // Release pairs with the Acquire loads in `view` and `rollback`: the snapshot's
-        // entries, written before, are visible to whoever loads its address.
-        match state.word(rule.at()).compare_exchange(seen, next, Ordering::Release, Ordering::Relaxed) {
+        // entries, written before, are visible to whoever loads its address. Acquire pairs
+        // with the RMWs of `KeyState::migrate` (a policy change).
+        match state.word(rule.at()).compare_exchange(seen, next, Ordering::AcqRel, Ordering::Relaxed) {
             Ok(_) => {
                 if seen != EMPTY {
                     reclaim::defer_free(seen);
