@@ -13,7 +13,7 @@ use std::borrow::Borrow;
 use std::fmt;
 use std::hash::Hash;
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -48,6 +48,8 @@ struct Shared<K> {
     /// get the resolver's choice, or the default.
     tiers: Tiers,
     overrides: DashMap<K, usize, ahash::RandomState>,
+    /// Set by the first `set_policy`: until then no lookup in `overrides` is needed.
+    any_override: AtomicBool,
     resolver: Option<Resolver<K>>,
     algorithm: Algorithm,
     now: Now,
@@ -367,6 +369,7 @@ where
                     return None;
                 }
                 shared.metrics.keys(shared.live.load(Ordering::Relaxed));
+                let tier = self.override_of::<K>(entry.key()).unwrap_or(tier);
                 let state = KeyState::new(&shared.tiers.current(tier), now);
                 entry.insert(Held::new(state.clone()));
                 Some(state)
@@ -383,8 +386,8 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let shared = &*self.shared;
-        if let Some(tier) = shared.overrides.get(key) {
-            return *tier;
+        if let Some(tier) = self.override_of(key) {
+            return tier;
         }
         let resolved = shared.resolver.as_ref().and_then(|resolve| {
             let owned = key.to_owned();
@@ -392,6 +395,22 @@ where
             shared.tiers.index(name)
         });
         resolved.unwrap_or(shared.tiers.default_index())
+    }
+
+    /// The policy `set_policy` gave `key`, if any. Called again under the shard's write
+    /// lock before a state is created: `set_policy` stores the override before it moves
+    /// the key's state under that lock, so either the move finds the new state or the
+    /// re-check finds the override.
+    fn override_of<Q>(&self, key: &Q) -> Option<usize>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let shared = &*self.shared;
+        if !shared.any_override.load(Ordering::Relaxed) {
+            return None;
+        }
+        shared.overrides.get(key).map(|tier| *tier)
     }
 
     /// Under the shard's write lock: moves `held` to its policy's current version if that
@@ -542,7 +561,8 @@ where
     {
         let shared = &*self.shared;
         // Chosen before the shard lock: the resolver is the caller's code.
-        let policy = shared.tiers.current(self.tier_of(key));
+        let tier = self.tier_of(key);
+        let mut policy = shared.tiers.current(tier);
         if let Some(index) = policy.oversized(cost).filter(|_| !FORCE) {
             return finish(policy.never(index, policy.fresh(0).remaining()), &policy);
         }
@@ -565,6 +585,12 @@ where
                 }
             }
             Entry::Vacant(entry) => {
+                if let Some(set) = self.override_of::<K>(entry.key()).filter(|&set| set != tier) {
+                    policy = shared.tiers.current(set);
+                    if let Some(index) = policy.oversized(cost).filter(|_| !FORCE) {
+                        return finish(policy.never(index, policy.fresh(0).remaining()), &policy);
+                    }
+                }
                 // Relaxed: `live` is a counter; the shard lock orders the map itself.
                 if shared.live.fetch_add(1, Ordering::Relaxed) >= shared.max_keys {
                     shared.live.fetch_sub(1, Ordering::Relaxed);
@@ -798,6 +824,9 @@ where
             .index(name)
             .ok_or_else(|| ConfigError::UnknownPolicy { name: name.to_owned() })?;
         self.shared.overrides.insert(key.to_owned(), tier);
+        // Relaxed: a key whose state is created while this is not yet visible gets its
+        // override from `move_to` below, or from the re-check under the shard lock.
+        self.shared.any_override.store(true, Ordering::Relaxed);
         self.move_to(key, tier);
         Ok(())
     }
@@ -1307,6 +1336,7 @@ where
             map: DashMap::with_hasher_and_shard_amount(ahash::RandomState::new(), SHARDS),
             tiers,
             overrides: DashMap::with_hasher(ahash::RandomState::new()),
+            any_override: AtomicBool::new(false),
             resolver: self.resolver,
             algorithm: self.algorithm,
             now,
