@@ -8,7 +8,9 @@
 //! interpolation (the default): no boundary bursts as with fixed windows, and a fraction of
 //! the memory of a timestamp log. Several limits apply at once, requests can weigh more than
 //! one unit, only admitted units are counted, and every [`Decision`] says what remains and,
-//! when refused, how long to wait.
+//! when refused, how long to wait. Keys can be under different named policies (tiers),
+//! changed while traffic flows ([`Limiter::update_policy`], [`Limiter::set_policy`]), and
+//! tried in shadow mode before they are enforced.
 //!
 //! ```
 //! use std::time::Duration;
@@ -33,6 +35,7 @@
 //! `window.rs` (the per-key counters and the lock-free admission: the hot path),
 //! `algorithm/` (the fixed window, sliding log and GCRA under the same protocol:
 //! [`Algorithm`]), `limiter.rs` (the keyed map, the builder, sweeping, several keys at once),
+//! `policy.rs` (named policies: tiers per key, changed at runtime, [`PolicyConfig`]),
 //! `clock.rs`, `decision.rs`, `error.rs`, `metrics.rs`, and `sync.rs` (the atomics shim that
 //! lets `loom` check the protocol).
 //!

@@ -526,7 +526,7 @@ where
         // A key this thread checks again and again: no map, no shard lock (see `cache.rs`).
         let hash = shared.map.hasher().hash_one(key);
         let second = || shared.second_hash.hash_one(key);
-        if let Some(decision) = shared.hot.with_cached(hash, second, &step) {
+        if let Some(decision) = shared.hot.with_cached(hash, second, step) {
             return decision;
         }
         loop {
