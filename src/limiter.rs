@@ -892,8 +892,11 @@ where
     ///
     /// A check racing the change is counted under the old version or the new one, never
     /// lost; at worst (a check committing while its key moves) it is counted in both,
-    /// which errs towards refusing. The policy's name and the limiter's algorithm stay;
-    /// an invalid configuration is an error and changes nothing.
+    /// which errs towards refusing. Units carried over are not capped at the new `max`: a
+    /// key over a lowered limit stays refused until they age out, and a later raise still
+    /// sees them. The policy's name and the limiter's algorithm stay; an invalid
+    /// configuration is an error (the error itself, not wrapped in
+    /// [`ConfigError::InPolicy`]: the caller named the policy) and changes nothing.
     ///
     /// ```
     /// use slidegate::{Carry, Limit, Limiter, PolicyConfig};

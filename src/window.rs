@@ -415,16 +415,31 @@ impl View {
         if self.oldest == 0 {
             return free;
         }
+        free.saturating_sub(self.oldest_share(rule))
+    }
+
+    /// Units in the window, not capped at `max` (a state can hold more: `record`, or units
+    /// carried over from a policy with a larger `max`).
+    fn used(&self, rule: &Rule) -> u64 {
+        let whole = self.current.saturating_add(self.full);
+        if self.oldest == 0 {
+            return whole;
+        }
+        whole.saturating_add(self.oldest_share(rule))
+    }
+
+    /// `⌈oldest × weight / precision⌉`: what the oldest, partly covered slot still weighs.
+    #[inline]
+    fn oldest_share(&self, rule: &Rule) -> u64 {
         let faded = u128::from(self.oldest) * u128::from(self.weight(rule));
         // A fast division when the product fits 64 bits (it nearly always does).
-        let share = match u64::try_from(faded) {
+        match u64::try_from(faded) {
             Ok(faded) => match rule.by_precision.div_rem(faded) {
                 (q, 0) => q,
                 (q, _) => q + 1,
             },
             Err(_) => u64::try_from(faded.div_ceil(u128::from(rule.precision))).unwrap_or(u64::MAX),
-        };
-        free.saturating_sub(share)
+        }
     }
 }
 
@@ -471,11 +486,14 @@ pub(crate) trait Counter {
     fn rollback(state: &KeyState, rule: &Rule, view: &Self::View, cost: u64);
     /// Whole units still free after `cost` more.
     fn room(rule: &Rule, view: &Self::View, cost: u64) -> u64;
+    /// Units the view counts, not capped at `max` (what a policy change carries over).
+    fn used(rule: &Rule, view: &Self::View) -> u64;
     /// The earliest time (ns) at which `cost` fits, if nothing else is admitted.
     fn admissible_at(state: &KeyState, rule: &Rule, view: &Self::View, cost: u64) -> u64;
-    /// The slot (of the limit's precision) and ns into it that the view counts at:
-    /// `touched` must cover it after a commit.
-    fn at(view: &Self::View) -> (u64, u64);
+    /// The slot (of the limit's precision) and ns into it that a commit of `cost` from the
+    /// view counts at: `touched` must cover it, so that the key is not expired while the
+    /// commit's units count.
+    fn at(rule: &Rule, view: &Self::View, cost: u64) -> (u64, u64);
 }
 
 /// The sliding-window counter (interpolated or strict): the module docs describe it.
@@ -522,11 +540,14 @@ impl Counter for Sliding {
     fn room(rule: &Rule, view: &View, cost: u64) -> u64 {
         view.room(rule, cost)
     }
+    fn used(rule: &Rule, view: &View) -> u64 {
+        view.used(rule)
+    }
     fn admissible_at(state: &KeyState, rule: &Rule, view: &View, cost: u64) -> u64 {
         state.admissible_at(rule, view, cost)
     }
     #[inline(always)]
-    fn at(view: &View) -> (u64, u64) {
+    fn at(_: &Rule, view: &View, _: u64) -> (u64, u64) {
         (view.slot, view.elapsed)
     }
 }
@@ -666,25 +687,19 @@ impl KeyState {
     fn used<A: Counter>(&self, now: u64, expired: bool) -> Vec<u64> {
         let _pin = A::pin();
         let rules = self.policy.rules.iter();
-        rules
-            .map(|rule| rule.max.saturating_sub(A::room(rule, &A::view(self, rule, now, expired), 0)))
-            .collect()
+        rules.map(|rule| A::used(rule, &A::view(self, rule, now, expired))).collect()
     }
 
     /// Records `units[j]` in limit `j` of a state no other thread can see yet.
     fn carry_in<A: Counter>(&self, units: &[u64], now: u64) {
         let _pin = A::pin();
-        let touched = self.touched();
-        let mut views = [A::View::default(); MAX_LIMITS];
-        for ((rule, &cost), view) in self.policy.rules.iter().zip(units).zip(views.iter_mut()) {
-            *view = A::view(self, rule, now, false);
+        for (rule, &cost) in self.policy.rules.iter().zip(units) {
+            let view = A::view(self, rule, now, false);
             // Unshared: the CAS cannot fail, but a failure would only lose carried units.
-            if cost > 0 {
-                let _ = A::commit(self, rule, view, cost);
+            if cost > 0 && A::commit(self, rule, &view, cost) {
+                self.touch::<A>(self.touched(), now, cost, [(rule, &view)]);
             }
         }
-        let rules = &self.policy.rules;
-        self.touch::<A>(touched, now, rules.iter().zip(views[..rules.len()].iter()));
     }
 
     #[inline]
@@ -874,7 +889,8 @@ impl KeyState {
             }
             for (s, state) in states.iter().enumerate() {
                 let rules = &state.policy.rules;
-                state.touch::<A>(touched[s], now, rules.iter().zip(&views[s * MAX_LIMITS..][..rules.len()]));
+                let views = &views[s * MAX_LIMITS..][..rules.len()];
+                state.touch::<A>(touched[s], now, cost, rules.iter().zip(views));
             }
             if let Some(lost) = states.iter().position(|state| state.lost_to_retirement()) {
                 // The retired state's units go with it; the others' must not stay counted.
@@ -988,7 +1004,7 @@ impl KeyState {
                     *view = A::view(self, rule, now, false);
                 }
             }
-            self.touch::<A>(touched, now, rules.iter().zip(views[..rules.len()].iter()));
+            self.touch::<A>(touched, now, cost, rules.iter().zip(views[..rules.len()].iter()));
             if self.lost_to_retirement() {
                 return Outcome::Retired;
             }
@@ -1047,7 +1063,7 @@ impl KeyState {
                 return Outcome::Decided(self.decide::<A>(policy, &[view], now, cost, admits));
             }
             if A::commit(self, rule, &view, cost) {
-                self.touch::<A>(touched, now, [(rule, &view)]);
+                self.touch::<A>(touched, now, cost, [(rule, &view)]);
                 if self.lost_to_retirement() {
                     return Outcome::Retired;
                 }
@@ -1064,14 +1080,15 @@ impl KeyState {
         &self,
         touched: u64,
         now: u64,
+        cost: u64,
         committed: impl IntoIterator<Item = (&'a Rule, &'a A::View)> + Clone,
     ) where
         A::View: 'a,
     {
-        let start = |(r, v): (&Rule, &A::View)| r.time_of(A::at(v).0, 0);
+        let start = |(r, v): (&Rule, &A::View)| r.time_of(A::at(r, v, cost).0, 0);
         if committed.clone().into_iter().any(|c| start(c) > touched) {
             let used = committed.into_iter().map(|(r, v)| {
-                let (slot, elapsed) = A::at(v);
+                let (slot, elapsed) = A::at(r, v, cost);
                 r.time_of(slot, elapsed)
             });
             // SeqCst: pairs with the CAS in `retire` (see there).
@@ -1119,7 +1136,7 @@ impl KeyState {
                 }
             }
             let views = &views[..rules.len()];
-            self.touch::<A>(touched, now, rules.iter().zip(views));
+            self.touch::<A>(touched, now, cost, rules.iter().zip(views));
             if self.lost_to_retirement() {
                 return Outcome::Retired;
             }

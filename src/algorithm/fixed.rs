@@ -75,6 +75,9 @@ impl Counter for Fixed {
     fn room(rule: &Rule, view: &View, cost: u64) -> u64 {
         rule.max.saturating_sub(view.current + cost)
     }
+    fn used(_: &Rule, view: &View) -> u64 {
+        view.current
+    }
     fn admissible_at(_: &KeyState, rule: &Rule, view: &View, cost: u64) -> u64 {
         if view.current + cost <= rule.max {
             rule.time_of(view.slot, view.elapsed)
@@ -84,7 +87,7 @@ impl Counter for Fixed {
         }
     }
     #[inline(always)]
-    fn at(view: &View) -> (u64, u64) {
+    fn at(_: &Rule, view: &View, _: u64) -> (u64, u64) {
         (view.slot, view.elapsed)
     }
 }

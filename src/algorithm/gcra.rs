@@ -90,12 +90,23 @@ impl Counter for Gcra {
         let used = view.after(rule, cost) - view.now;
         rule.burst.saturating_sub(used) / rule.interval
     }
+    fn used(rule: &Rule, view: &View) -> u64 {
+        view.lag.div_ceil(rule.interval)
+    }
     fn admissible_at(_: &KeyState, rule: &Rule, view: &View, cost: u64) -> u64 {
         // The first `t` with `after − t ≤ burst`.
         view.after(rule, cost).saturating_sub(rule.burst).max(view.now)
     }
+    /// Normally `now`. A TAT more than a burst ahead (units recorded or carried over beyond
+    /// `max`) counts until it is within a burst of the clock: `touched` then covers that
+    /// later time, so the key does not expire (`burst + precision` after `touched`) before
+    /// the TAT has passed.
     #[inline(always)]
-    fn at(view: &View) -> (u64, u64) {
+    fn at(rule: &Rule, view: &View, cost: u64) -> (u64, u64) {
+        let beyond = view.after(rule, cost).saturating_sub(rule.burst);
+        if beyond > view.now {
+            return rule.slot_of(beyond);
+        }
         (view.slot, view.elapsed)
     }
 }

@@ -243,6 +243,9 @@ impl Counter for Log {
     fn room(rule: &Rule, view: &View, cost: u64) -> u64 {
         rule.max.saturating_sub(view.in_window() + cost)
     }
+    fn used(_: &Rule, view: &View) -> u64 {
+        view.in_window()
+    }
     fn admissible_at(_: &KeyState, rule: &Rule, view: &View, cost: u64) -> u64 {
         let excess = (view.in_window() + cost).saturating_sub(rule.max) as usize;
         if excess == 0 || view.seen == EMPTY {
@@ -253,7 +256,7 @@ impl Counter for Log {
         // `cost` fits once the `excess` oldest units in the window have left it.
         entries.get(view.first + excess - 1).map_or(view.stamp, |t| t.saturating_add(rule.window))
     }
-    fn at(view: &View) -> (u64, u64) {
+    fn at(_: &Rule, view: &View, _: u64) -> (u64, u64) {
         (view.slot, view.elapsed)
     }
 }
