@@ -487,6 +487,25 @@ fn gcra_bursts_max_then_admits_one_unit_per_interval() {
     assert_eq!(limiter.check(&1).retry_after(), Some(ms(250)));
 }
 
+/// Units recorded beyond a full bucket (`record`: admitted elsewhere) hold the key until
+/// its arrival time has come within a burst of the clock: neither a check nor a sweep may
+/// treat it as empty earlier. 30 units of 10/s (100 ms each, burst 1 s) at 5 s put the
+/// arrival time at 8 s: one more unit fits at 7.1 s.
+#[test]
+fn gcra_units_recorded_beyond_the_burst_keep_counting_until_they_pass() {
+    let clock = ManualClock::new();
+    let limiter = new_limiter(Algorithm::Gcra, &[Limit::per_second(10)], &clock);
+    set(&clock, secs(5));
+    let _ = limiter.record(&1, 30);
+    let d = limiter.check(&1);
+    assert_eq!(d.retry_after(), Some(Duration::from_millis(2100)), "{d:?}");
+    set(&clock, Duration::from_millis(7099));
+    assert_eq!(limiter.sweep(), 0, "a key 900 ms from a free unit is not empty");
+    assert_eq!(limiter.check(&1).retry_after(), Some(Duration::from_millis(1)));
+    set(&clock, Duration::from_millis(7100));
+    assert!(limiter.check(&1).is_allowed());
+}
+
 #[test]
 fn gcra_interval_is_rounded_up_to_the_nanosecond() {
     let clock = ManualClock::new();
