@@ -999,6 +999,7 @@ impl<K: Hash + Eq + Clone> Shared<K> {
 
     fn sweep(&self) -> usize {
         let now = self.now.nanos();
+        let expiry = self.tiers.shortest_expiry();
         // Find candidates under the shards' read locks, so checks never wait for the scan: a
         // key whose in-map copy of `touched` is recent is passed over without a look at its
         // state. Then each candidate is evicted under its shard's write lock if `retire`
@@ -1018,8 +1019,7 @@ impl<K: Hash + Eq + Clone> Shared<K> {
                 #[allow(unsafe_code)]
                 let (key, held) = unsafe { bucket.as_ref() };
                 // Relaxed: a hint; `retire` decides.
-                let held = held.get();
-                if now.saturating_sub(held.touched.load(Ordering::Relaxed)) >= held.state.policy().expiry() {
+                if now.saturating_sub(held.get().touched.load(Ordering::Relaxed)) >= expiry {
                     candidates.push(key.clone());
                 }
             }

@@ -4,6 +4,7 @@
 //! replacing a policy takes no lock on the check path: the old version is marked
 //! `replaced`, and each state moves to the new one at its next check.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -77,6 +78,8 @@ pub(crate) struct Tiers {
     tiers: Box<[Tier]>,
     default: usize,
     algorithm: Algorithm,
+    /// The shortest expiry of any version ever published: the sweeper's first filter.
+    shortest_expiry: AtomicU64,
 }
 
 impl Tiers {
@@ -112,7 +115,20 @@ impl Tiers {
             Some(name) => find(name).ok_or_else(|| ConfigError::UnknownPolicy { name: name.to_owned() })?,
             None => find(DEFAULT_POLICY).unwrap_or(0),
         };
-        Ok(Tiers { tiers: tiers.into_boxed_slice(), default, algorithm })
+        let shortest = tiers.iter().map(|t| t.current.load().expiry()).min().unwrap_or(0);
+        Ok(Tiers {
+            tiers: tiers.into_boxed_slice(),
+            default,
+            algorithm,
+            shortest_expiry: AtomicU64::new(shortest),
+        })
+    }
+
+    /// No key whose last admission is more recent than this (ns) can be expired, whatever
+    /// version of whichever policy it is under.
+    pub(crate) fn shortest_expiry(&self) -> u64 {
+        // Relaxed: a hint for the sweeper's scan; `retire` decides with the state's own.
+        self.shortest_expiry.load(Ordering::Relaxed)
     }
 
     pub(crate) fn index(&self, name: &str) -> Option<usize> {
@@ -152,6 +168,7 @@ impl Tiers {
             return Err(ConfigError::UnknownPolicy { name: format!("#{tier}") });
         };
         let policy = compile(&slot.name, tier, config, self.algorithm, carry, metrics)?;
+        self.shortest_expiry.fetch_min(policy.expiry(), Ordering::Relaxed);
         // The swap is SeqCst, and happens-before the Release store in `mark_replaced`:
         // whoever sees that flag (Acquire) loads this version or a later one.
         let old = slot.current.swap(Arc::new(policy));

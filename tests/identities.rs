@@ -1,7 +1,7 @@
 //! `Limiter::check_all`: one request charged to several keys. Sequentially it decides
 //! exactly as checking each key alone would allow (admitted iff every key has room; then
 //! counted in all; refused: counted in none, naming the key that frees up last), on random
-//! traffic; under contention, threads charging the same keys in opposite orders admit
+//! traffic, also with keys of different tiers; under contention, threads charging the same keys in opposite orders admit
 //! exactly the limit, with no deadlock.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -10,7 +10,7 @@ use std::sync::Barrier;
 use std::thread;
 use std::time::Duration;
 
-use slidegate::{ConfigError, Limiter, ManualClock, MAX_IDENTITIES};
+use slidegate::{ConfigError, Limiter, ManualClock, PolicyConfig, MAX_IDENTITIES};
 
 #[allow(dead_code)]
 mod support {
@@ -18,20 +18,38 @@ mod support {
 }
 use support::rng::Rng;
 
+/// One policy of `limits`; or, if they hold a `"|"`, two tiers: even keys get the limits
+/// before it, odd keys those after.
 fn limiter(limits: &[&str], clock: &ManualClock) -> Limiter<u64> {
     let mut b = Limiter::<u64>::builder().clock(clock.clone());
-    for l in limits {
-        b = b.limit(l.parse().unwrap());
+    let parse = |ls: &[&str]| ls.iter().map(|l| l.parse().unwrap()).collect::<Vec<_>>();
+    match limits.iter().position(|&l| l == "|") {
+        Some(bar) => {
+            b = b
+                .policy("even", PolicyConfig::new(parse(&limits[..bar])))
+                .policy("odd", PolicyConfig::new(parse(&limits[bar + 1..])))
+                .resolver(|key: &u64| Some(if key % 2 == 0 { "even" } else { "odd" }));
+        }
+        None => {
+            for limit in parse(limits) {
+                b = b.limit(limit);
+            }
+        }
     }
     b.build().unwrap()
 }
 
 #[test]
 fn check_all_decides_as_its_keys_would_on_random_traffic() {
-    for (set, limits) in
-        [vec!["5/s"], vec!["4/s@250ms strict", "9/min@10s"], vec!["3/2s@500ms", "6/10s strict"]]
-            .into_iter()
-            .enumerate()
+    for (set, limits) in [
+        vec!["5/s"],
+        vec!["4/s@250ms strict", "9/min@10s"],
+        vec!["3/2s@500ms", "6/10s strict"],
+        // Keys of different tiers charged together, each against its own limits.
+        vec!["5/s", "|", "3/2s@500ms", "6/10s strict"],
+    ]
+    .into_iter()
+    .enumerate()
     {
         for seed in 0..20u64 {
             let clock = ManualClock::new();
