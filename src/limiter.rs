@@ -967,12 +967,27 @@ pub struct Identities {
 
 impl Identities {
     /// The decision.
+    ///
+    /// ```
+    /// use slidegate::{Limit, Limiter};
+    /// let limiter = Limiter::<u64>::builder().limit(Limit::per_second(2)).build()?;
+    /// assert_eq!(limiter.check_all(&[&1, &2], 1)?.decision().remaining(), 1);
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
     pub fn decision(&self) -> Decision {
         self.decision
     }
 
     /// The index of the key the decision is about: the one with the least room when
     /// admitted, the one that frees up last when refused.
+    ///
+    /// ```
+    /// use slidegate::{Limit, Limiter};
+    /// let limiter = Limiter::<u64>::builder().limit(Limit::per_second(2)).build()?;
+    /// let _ = limiter.check(&2);
+    /// assert_eq!(limiter.check_all(&[&1, &2], 1)?.key(), 1); // key 2 has the least room
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
     pub fn key(&self) -> usize {
         self.key
     }

@@ -17,6 +17,13 @@ use crate::window::{Carry, Policy};
 
 /// The name of the policy that [`LimiterBuilder::limit`](crate::LimiterBuilder::limit)
 /// adds to.
+///
+/// ```
+/// use slidegate::{Limit, Limiter, DEFAULT_POLICY};
+/// let limiter = Limiter::<u64>::builder().limit(Limit::per_second(1)).build()?;
+/// assert_eq!(limiter.policy_of(&7), DEFAULT_POLICY);
+/// # Ok::<(), slidegate::ConfigError>(())
+/// ```
 pub const DEFAULT_POLICY: &str = "default";
 
 /// One named policy's configuration: its limits, and whether it runs in shadow mode.

@@ -567,7 +567,19 @@ pub struct KeyState {
 
 /// What a policy change does to the counts of a key whose state must be laid out anew
 /// (a window, a precision or the number of limits changed). A change of `max` alone always
-/// carries the counts over exactly, whatever this says.
+/// carries the counts over exactly, whatever this says. See [`Limiter::update_policy`](crate::Limiter::update_policy).
+///
+/// ```
+/// use slidegate::{Carry, Limit, Limiter, PolicyConfig};
+/// let limiter = Limiter::<u64>::builder().limit(Limit::per_second(10)).build()?;
+/// let _ = limiter.check_n(&1, 6);
+/// let per_minute = PolicyConfig::new([Limit::per_minute(100)]);
+/// limiter.update_policy("default", per_minute, Carry::Conservative)?;
+/// assert_eq!(limiter.peek(&1).remaining(), 93); // the 6 used carried over
+/// limiter.update_policy("default", PolicyConfig::new([Limit::per_hour(100)]), Carry::Reset)?;
+/// assert_eq!(limiter.peek(&1).remaining(), 99); // a new window, started empty
+/// # Ok::<(), slidegate::ConfigError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Carry {
     /// Each new limit starts with the units the old limits counted over a window at least
