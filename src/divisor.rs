@@ -21,12 +21,20 @@ impl Divisor {
         if divisor == 0 {
             return None;
         }
+        #[allow(
+            clippy::arithmetic_side_effects,
+            reason = "divisor ≥ 3 here, so the quotient is far below u128::MAX"
+        )]
         let multiplier = if divisor.is_power_of_two() { 0 } else { u128::MAX / u128::from(divisor) + 1 };
         Some(Divisor { divisor, multiplier })
     }
 
     /// `(n / divisor, n % divisor)`.
     #[inline]
+    #[allow(
+        clippy::arithmetic_side_effects,
+        reason = "products of 64-bit halves; their sum is ⌊n·m / 2⁶⁴⌋ < 2¹²⁸; q·divisor ≤ n"
+    )]
     pub(crate) fn div_rem(&self, n: u64) -> (u64, u64) {
         let q = if self.multiplier == 0 {
             n >> self.divisor.trailing_zeros()
@@ -48,6 +56,7 @@ impl Divisor {
 }
 
 #[cfg(test)]
+#[allow(clippy::arithmetic_side_effects, reason = "test code: an overflow is a failed test")]
 mod tests {
     use super::*;
     use proptest::prelude::*;

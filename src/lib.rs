@@ -52,6 +52,17 @@
 #![deny(unsafe_code)]
 #![warn(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
+// No panics by construction (`unwrap`, `expect` and `panic!` are linted in Cargo.toml): no
+// indexing or arithmetic that can panic or wrap unnoticed. Counters saturate; where a bound
+// holds by construction, a narrow `allow` says which. Library code only: tests, examples and
+// benches are other crates (a `#[cfg(test)]` module here allows what it needs).
+#![warn(
+    clippy::indexing_slicing,
+    clippy::arithmetic_side_effects,
+    clippy::unreachable,
+    clippy::todo,
+    clippy::unimplemented
+)]
 
 mod algorithm;
 mod background;

@@ -223,11 +223,10 @@ impl Limit {
     /// assert_eq!(slidegate::Limit::per_second(1).slots(), 1);
     /// ```
     pub fn slots(&self) -> u64 {
-        let p = self.precision.as_nanos();
-        if p == 0 {
-            return 0;
+        match self.window.as_nanos().checked_div(self.precision.as_nanos()) {
+            Some(slots) => u64::try_from(slots).unwrap_or(u64::MAX),
+            None => 0,
         }
-        u64::try_from(self.window.as_nanos() / p).unwrap_or(u64::MAX)
     }
 
     /// Checks this limit on its own (the builder also checks the limits against each other).
@@ -260,7 +259,7 @@ impl Limit {
         if self.precision > self.window {
             return Err(ConfigError::PrecisionLongerThanWindow { limit });
         }
-        if self.window.as_nanos() % self.precision.as_nanos() != 0 {
+        if self.window.as_nanos().checked_rem(self.precision.as_nanos()) != Some(0) {
             return Err(ConfigError::PrecisionDoesNotDivideWindow { limit });
         }
         if self.slots() > MAX_SLOTS {
@@ -282,8 +281,8 @@ fn default_precision(window: Duration) -> Duration {
         return window;
     }
     let target = if ms <= 60_000 { (ms / 1000).max(1) } else { 60 };
-    let slots = (1..=target).rev().find(|n| ms % n == 0).unwrap_or(1);
-    Duration::from_millis(u64::try_from(ms / slots).unwrap_or(u64::MAX))
+    let slots = (1..=target).rev().find(|&n| ms.checked_rem(n) == Some(0)).unwrap_or(1);
+    Duration::from_millis(u64::try_from(ms.checked_div(slots).unwrap_or(ms)).unwrap_or(u64::MAX))
 }
 
 impl fmt::Display for Limit {
@@ -312,6 +311,7 @@ fn write_span(f: &mut fmt::Formatter<'_>, d: Duration) -> fmt::Result {
         (1_000_000, "ms"),
     ];
     let ns = d.as_nanos();
+    #[allow(clippy::arithmetic_side_effects, reason = "dividing by the non-zero constants above")]
     for (unit, name) in UNITS {
         if ns != 0 && ns % unit == 0 {
             let n = ns / unit;
@@ -367,7 +367,8 @@ impl FromStr for Limit {
 fn parse_span(text: &str) -> Result<Duration, &'static str> {
     let text = text.trim();
     let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
-    let (count, unit) = text.split_at(split);
+    // `split` is a char boundary (a non-digit's start) or the end.
+    let (count, unit) = text.split_at_checked(split).unwrap_or((text, ""));
     let count: u64 = if count.is_empty() {
         1
     } else {

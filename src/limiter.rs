@@ -270,9 +270,9 @@ where
         }
         'lookup: loop {
             let mut states: [Option<KeyState>; MAX_IDENTITIES] = Default::default();
-            for (i, key) in keys.iter().enumerate() {
+            for (i, (slot, key)) in states.iter_mut().zip(keys).enumerate() {
                 match self.state_of(*key, now) {
-                    Some(state) => states[i] = Some(state),
+                    Some(state) => *slot = Some(state),
                     None => return decided(Decision::too_many_keys(), i, &Denials::none(), false),
                 }
             }
@@ -282,6 +282,11 @@ where
             let mut refs: [&KeyState; MAX_IDENTITIES] = [first; MAX_IDENTITIES];
             let mut first_key = [0usize; MAX_IDENTITIES];
             let (mut n, mut enforced) = (0, 0);
+            #[allow(
+                clippy::indexing_slicing,
+                clippy::arithmetic_side_effects,
+                reason = "n counts distinct states of at most MAX_IDENTITIES keys (checked above)"
+            )]
             for shadow in [false, true] {
                 for (i, state) in states.iter().enumerate() {
                     let Some(state) = state.as_ref().filter(|s| s.policy().shadow() == shadow) else {
@@ -297,30 +302,37 @@ where
                     enforced = n;
                 }
             }
+            let refs = refs.get(..n).unwrap_or_default();
+            let key_of = |s: usize| first_key.get(s).copied().unwrap_or(0);
             // A cost above some limit's `max` never fits.
-            for (s, state) in refs[..n].iter().enumerate() {
+            for (s, state) in refs.iter().enumerate() {
                 let policy = state.policy();
                 if let Some(index) = policy.oversized(cost) {
                     if state.is_retired() {
                         continue 'lookup;
                     }
                     let never = policy.never(index, state.room(policy, now));
-                    return decided(never, first_key[s], policy.denials(), s >= enforced);
+                    return decided(never, key_of(s), policy.denials(), s >= enforced);
                 }
             }
-            let (decision, s) = match KeyState::check_many(&refs[..enforced], now, cost) {
+            let enforced_refs = refs.get(..enforced).unwrap_or_default();
+            let (decision, s) = match KeyState::check_many(enforced_refs, now, cost) {
                 _ if enforced == 0 => (shared.tiers.current(shared.tiers.default_index()).fresh(cost), 0),
                 (Outcome::Decided(decision), s) => (decision, s),
                 // Expired (replaced by `state_of` on the next round) or retired: again.
                 (Outcome::Expired | Outcome::Retired, _) => continue,
             };
+            #[allow(
+                clippy::indexing_slicing,
+                reason = "s is one of the enforced states, or 0 when there are none (and n > 0: `first`)"
+            )]
+            let denials = refs[s].policy().denials();
             if !decision.is_allowed() || enforced == n {
-                let policy = refs[s].policy();
-                return decided(decision, first_key[s], policy.denials(), false);
+                return decided(decision, key_of(s), denials, false);
             }
-            shared.metrics.decided(&decision, cost, refs[s].policy().denials());
-            let mut outcome = Identities { decision, key: first_key[s] };
-            for (s, state) in refs[..n].iter().enumerate().skip(enforced) {
+            shared.metrics.decided(&decision, cost, denials);
+            let mut outcome = Identities { decision, key: key_of(s) };
+            for (s, state) in refs.iter().enumerate().skip(enforced) {
                 let policy = state.policy();
                 let shadow = match state.check(policy, now, cost, true) {
                     Outcome::Decided(d) => d,
@@ -329,7 +341,7 @@ where
                 };
                 shared.metrics.decided(&shadow, cost, policy.denials());
                 if !shadow.is_allowed() && outcome.decision.shadow_denial().is_none() {
-                    outcome = Identities { decision: shadow.shadowed(), key: first_key[s] };
+                    outcome = Identities { decision: shadow.shadowed(), key: key_of(s) };
                 }
             }
             return Ok(outcome);
@@ -929,7 +941,7 @@ where
     /// ```
     pub fn state_bytes_per_key(&self) -> usize {
         let tiers = &self.shared.tiers;
-        tiers.current(tiers.default_index()).words_per_key() * 8
+        tiers.current(tiers.default_index()).words_per_key().saturating_mul(8)
     }
 
     /// The limiter's name (see [`LimiterBuilder::name`]).
@@ -1039,10 +1051,10 @@ impl<K: Hash + Eq + Clone> Shared<K> {
                 }
             }
         }
-        let mut evicted = 0;
+        let mut evicted = 0usize;
         for key in candidates {
             match self.map.remove_if(&key, |_, held| held.retire(held.state.policy(), now)) {
-                Some(_) => evicted += 1,
+                Some(_) => evicted = evicted.saturating_add(1),
                 // Still in use (through a cache, so its copy of `touched` was stale).
                 None => {
                     if let Some(held) = self.map.get(&key) {
@@ -1323,7 +1335,7 @@ where
     /// ```
     pub fn build(self) -> Result<Limiter<K>, ConfigError> {
         let metrics = Metrics::new(&self.name);
-        let mut policies = Vec::with_capacity(self.policies.len() + 1);
+        let mut policies = Vec::with_capacity(self.policies.len().saturating_add(1));
         if !self.limits.is_empty() || self.policies.is_empty() {
             policies.push((DEFAULT_POLICY.to_owned(), PolicyConfig::new(self.limits.iter().copied())));
         }

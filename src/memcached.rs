@@ -158,17 +158,23 @@ struct Estimate {
     bucket: u64,
 }
 
+/// `a × b`, exact.
+#[allow(clippy::arithmetic_side_effects, reason = "a product of two u64 fits a u128")]
+fn product(a: u64, b: u64) -> u128 {
+    u128::from(a) * u128::from(b)
+}
+
+// The counts come from the server and may be anything: sums saturate. Times saturate too
+// (a window can be as long as `u64::MAX` ms).
 impl Estimate {
     fn admits(&self, b: &Bucket, cost: u64) -> bool {
-        let used = self.current + cost;
-        used <= b.max
-            && u128::from(self.previous) * u128::from(self.weight)
-                <= u128::from(b.max - used) * u128::from(b.window)
+        let Some(free) = b.max.checked_sub(self.current.saturating_add(cost)) else { return false };
+        product(self.previous, self.weight) <= product(free, b.window)
     }
 
     fn room(&self, b: &Bucket, cost: u64) -> u64 {
-        let free = b.max.saturating_sub(self.current + cost);
-        let share = (u128::from(self.previous) * u128::from(self.weight)).div_ceil(u128::from(b.window));
+        let free = b.max.saturating_sub(self.current.saturating_add(cost));
+        let share = product(self.previous, self.weight).div_ceil(u128::from(b.window));
         free.saturating_sub(u64::try_from(share).unwrap_or(u64::MAX))
     }
 
@@ -176,21 +182,22 @@ impl Estimate {
     /// or in the next one, where this one fades in turn.
     fn earliest(&self, b: &Bucket, now: u64, cost: u64) -> u64 {
         let allowed = b.max.saturating_sub(cost);
-        let start = self.bucket * b.window;
+        let start = self.bucket.saturating_mul(b.window);
+        let end = start.saturating_add(b.window);
         // Here: previous × (w − e) ≤ (allowed − current) × w.
-        if self.current <= allowed && self.previous > 0 {
-            let fits = u128::from(allowed - self.current) * u128::from(b.window) / u128::from(self.previous);
-            let e = b.window.saturating_sub(u64::try_from(fits).unwrap_or(u64::MAX));
-            if e < b.window {
-                return (start + e).max(now);
+        if let Some(left) = allowed.checked_sub(self.current) {
+            if let Some(fits) = product(left, b.window).checked_div(u128::from(self.previous)) {
+                let e = b.window.saturating_sub(u64::try_from(fits).unwrap_or(u64::MAX));
+                if e < b.window {
+                    return start.saturating_add(e).max(now);
+                }
             }
         }
         // Next bucket: current × (w − e) ≤ allowed × w.
-        if self.current == 0 {
-            return start + b.window;
-        }
-        let fits = u128::from(allowed) * u128::from(b.window) / u128::from(self.current);
-        start + b.window + b.window.saturating_sub(u64::try_from(fits).unwrap_or(u64::MAX))
+        let Some(fits) = product(allowed, b.window).checked_div(u128::from(self.current)) else {
+            return end;
+        };
+        end.saturating_add(b.window.saturating_sub(u64::try_from(fits).unwrap_or(u64::MAX)))
     }
 }
 
@@ -264,7 +271,7 @@ where
             .iter()
             .enumerate()
             .map(|(i, b)| {
-                let bucket = now / b.window.max(1);
+                let bucket = now.checked_div(b.window).unwrap_or(now);
                 let name = |n: u64| {
                     format!("{}{key}:{i}:{n}", self.prefix)
                         .replace(|c: char| c.is_whitespace() || c.is_control(), "_")
@@ -286,7 +293,7 @@ where
             .map(|(b, (c, p, bucket))| Estimate {
                 current: values.iter().find(|v| &v.0 == c).map_or(0, |v| v.1),
                 previous: values.iter().find(|v| &v.0 == p).map_or(0, |v| v.1),
-                weight: b.window - (now - bucket * b.window),
+                weight: b.window.saturating_sub(now.checked_rem(b.window).unwrap_or(0)),
                 bucket: *bucket,
             })
             .collect();
@@ -298,7 +305,7 @@ where
         if admits {
             if cost > 0 {
                 for ((b, (current, _, _)), _) in self.buckets.iter().zip(&names).zip(&estimates) {
-                    incr(conn, current, cost, 2 * b.window).await?;
+                    incr(conn, current, cost, b.window.saturating_mul(2)).await?;
                 }
             }
             let (tightest, room) = self
@@ -321,9 +328,12 @@ where
             .map(|(i, (b, e))| (i, e.earliest(b, now, cost)))
             .max_by_key(|&(i, at)| (at, std::cmp::Reverse(i)))
             .unwrap_or((0, now));
-        Ok(Decision::limited(limit, remaining, (at - now).saturating_mul(1_000_000)))
+        Ok(Decision::limited(limit, remaining, at.saturating_sub(now).saturating_mul(1_000_000)))
     }
 }
+
+/// The longest value `get_multi` reads: memcached's default largest item (1 MiB).
+const MAX_VALUE_BYTES: usize = 1 << 20;
 
 /// `get k1 k2 ...`: the numeric values found.
 async fn get_multi(conn: &mut BufReader<TcpStream>, keys: &[&str]) -> std::io::Result<Vec<(String, u64)>> {
@@ -340,10 +350,18 @@ async fn get_multi(conn: &mut BufReader<TcpStream>, keys: &[&str]) -> std::io::R
             Some("VALUE") => {
                 let key = parts.next().unwrap_or_default().to_owned();
                 let bytes: usize = parts.nth(1).and_then(|b| b.parse().ok()).unwrap_or(0);
-                let mut data = vec![0u8; bytes + 2];
+                // memcached stores nothing longer by default; a reply that says more is no
+                // counter of ours, and must not size an allocation.
+                if bytes > MAX_VALUE_BYTES {
+                    return Err(std::io::Error::other(format!("memcached: a value of {bytes} bytes")));
+                }
+                let mut data = vec![0u8; bytes.saturating_add(2)];
                 conn.read_exact(&mut data).await?;
-                let value =
-                    std::str::from_utf8(&data[..bytes]).ok().and_then(|v| v.trim().parse().ok()).unwrap_or(0);
+                let value = data
+                    .get(..bytes)
+                    .and_then(|v| std::str::from_utf8(v).ok())
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(0);
                 out.push((key, value));
             }
             _ => return Err(std::io::Error::other(format!("memcached: unexpected reply {line:?}"))),

@@ -157,6 +157,10 @@ impl Tiers {
 
     /// The current version of policy `tier`.
     pub(crate) fn current(&self, tier: usize) -> Arc<Policy> {
+        #[allow(
+            clippy::indexing_slicing,
+            reason = "`default` is an index into the tiers, found by `Tiers::new`"
+        )]
         let tier = self.tiers.get(tier).unwrap_or(&self.tiers[self.default]);
         tier.current.load_full()
     }

@@ -157,9 +157,9 @@ impl<B> KeyExtractor<B> for ForwardedFor {
                 .flat_map(|v| v.split(','))
                 .map(str::trim)
                 .collect::<Vec<_>>();
-            if hops.len() >= self.trusted {
+            if let Some(hop) = hops.len().checked_sub(self.trusted).and_then(|i| hops.get(i)) {
                 // A malformed hop appended by a trusted proxy is no key at all.
-                return hops[hops.len() - self.trusted].parse().ok();
+                return hop.parse().ok();
             }
         }
         PeerIp::of(req)
@@ -320,9 +320,9 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Policy<K> {
     }
 }
 
-/// Seconds, rounded up (at least 1 for any non-zero duration).
+/// Seconds, rounded up (at least 1 for any non-zero duration; saturating near `Duration::MAX`).
 fn whole_seconds(d: Duration) -> u64 {
-    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+    d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0))
 }
 
 #[derive(Clone)]
@@ -569,7 +569,7 @@ where
 fn headers<K>(policy: &Policy<K>, decision: &Decision) -> Option<(HeaderValue, HeaderValue)> {
     let item = policy.items.get(decision.tightest_limit())?;
     // No `format!` machinery: this runs on every request.
-    let mut value = Vec::with_capacity(item.len() + 32);
+    let mut value = Vec::with_capacity(item.len().saturating_add(32));
     value.push(b'"');
     value.extend_from_slice(item.as_bytes());
     value.extend_from_slice(b"\";r=");
@@ -581,6 +581,11 @@ fn headers<K>(policy: &Policy<K>, decision: &Decision) -> Option<(HeaderValue, H
     Some((policy.header.clone()?, HeaderValue::from_bytes(&value).ok()?))
 }
 
+#[allow(
+    clippy::indexing_slicing,
+    clippy::arithmetic_side_effects,
+    reason = "a u64 has at most 20 digits, each below 10"
+)]
 fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
     let mut digits = [0u8; 20];
     let mut at = digits.len();

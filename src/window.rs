@@ -22,6 +22,13 @@
 //!   that meets such a newer tag knows time has moved on and adopts the later slot, so no
 //!   one waits for anyone.
 //!
+//! Slot indices are `now / precision + ring` (see `Rule::slot_of`): with a precision of at
+//! least 1 ms they stay below 2⁴⁵, and a view only adopts slots that some thread computed
+//! that way, so adding a window's slots to one cannot overflow; and every slot is at least
+//! `ring = n + 1`, so subtracting a window's slots from one cannot go below zero. Counts
+//! are 32-bit fields and costs at most `max` (≤ 2³²−1), or clamped to that on the way in
+//! (`Counter::MOST`), so sums of a window's counts and a cost stay below 2⁴⁵ too.
+//!
 //! Slot tags are 32 bits of the slot index. They are compared only within a key that is
 //! not expired, where `touched` bounds the gap to below 2³¹ slots (checked at build time),
 //! so they never alias. An expired key is reset under the map's shard write lock, never
@@ -44,7 +51,7 @@ use crate::algorithm::{Algorithm, Fixed, Gcra, Log};
 use crate::decision::Decision;
 use crate::divisor::Divisor;
 use crate::error::ConfigError;
-use crate::limit::{Accuracy, Limit};
+use crate::limit::{Accuracy, Limit, MAX_UNITS};
 
 use crate::metrics::Denials;
 use crate::sync::{AtomicU64, Ordering};
@@ -86,6 +93,14 @@ pub(crate) fn count_of(word: u64) -> u64 {
     word & 0xFFFF_FFFF
 }
 
+/// Sets word `at` of a state being initialised (an offset its policy laid out: always there).
+#[inline]
+pub(crate) fn set(words: &mut [u64], at: usize, word: u64) {
+    if let Some(w) = words.get_mut(at) {
+        *w = word;
+    }
+}
+
 /// Signed distance from tag `b` to tag `a`, in slots (valid while below 2³¹).
 #[inline]
 pub(crate) fn tag_distance(a: u32, b: u32) -> i64 {
@@ -123,6 +138,10 @@ pub(crate) struct Rule {
 
 impl Rule {
     #[inline]
+    #[allow(
+        clippy::arithmetic_side_effects,
+        reason = "a slot index is below 2⁴⁵ (precision ≥ 1 ms) and ring ≤ MAX_SLOTS + 1"
+    )]
     pub(crate) fn slot_of(&self, now: u64) -> (u64, u64) {
         let (slot, elapsed) = self.by_precision.div_rem(now);
         (slot + self.ring, elapsed)
@@ -139,6 +158,10 @@ impl Rule {
     }
 
     #[inline]
+    #[allow(
+        clippy::arithmetic_side_effects,
+        reason = "ring_at plus a remainder below ring is one of the limit's words"
+    )]
     fn position(&self, slot: u64) -> usize {
         // `ring` is at most MAX_SLOTS + 1, so the remainder fits a usize.
         self.ring_at + self.by_ring.rem(slot) as usize
@@ -148,6 +171,10 @@ impl Rule {
     /// window)`, so a check in an open slot reads three words whatever the window's length.
     /// A window of one slot has no such slots and no `sum` word.
     #[inline]
+    #[allow(
+        clippy::arithmetic_side_effects,
+        reason = "with more than one slot, at + 1 is the limit's sum word"
+    )]
     fn sum_word(&self) -> Option<usize> {
         (self.slots > 1).then_some(self.at + 1)
     }
@@ -195,6 +222,10 @@ impl Policy {
         }
         let mut rules = Vec::with_capacity(limits.len());
         let mut at = TOUCHED + 1;
+        #[allow(
+            clippy::arithmetic_side_effects,
+            reason = "at most MAX_LIMITS limits of at most MAX_SLOTS slots (validated): offsets below 30,000"
+        )]
         for limit in limits {
             limit.validate()?;
             algorithm.validate(limit)?;
@@ -204,7 +235,6 @@ impl Policy {
                 Algorithm::FixedWindow => (window, 1),
                 _ => (nanos(limit.get_precision()), limit.slots()),
             };
-            // validate() bounds slots by MAX_SLOTS, so none of this can overflow.
             let ring_at = at + 1 + usize::from(slots > 1);
             let (Some(by_precision), Some(by_ring)) = (Divisor::new(precision), Divisor::new(slots + 1))
             else {
@@ -233,7 +263,7 @@ impl Policy {
         let held = |r: &Rule| if algorithm == Algorithm::Gcra { r.burst } else { r.window };
         let expiry = rules.iter().map(|r| held(r).saturating_add(r.precision)).max().unwrap_or(0);
         for r in &rules {
-            if expiry / r.precision + 1 >= 1 << 30 {
+            if r.by_precision.div_rem(expiry).0 >= (1 << 30) - 1 {
                 return Err(ConfigError::SpanTooWide {
                     limit: r.limit,
                     longest_window: Duration::from_nanos(expiry.saturating_sub(r.precision)),
@@ -379,6 +409,10 @@ pub(crate) struct View {
 impl View {
     /// The slot that `cur` holds and a commit would close, with its final count.
     #[inline]
+    #[allow(
+        clippy::arithmetic_side_effects,
+        reason = "behind > 0 slots before this one is the slot cur holds, at least ring"
+    )]
     fn closing(&self) -> Option<(u64, u64)> {
         let behind = tag_distance(self.slot as u32, tag_of(self.seen));
         (behind > 0 && !self.expired).then(|| (self.slot - behind as u64, count_of(self.seen)))
@@ -386,6 +420,7 @@ impl View {
 
     /// The weight (out of `precision`) with which the oldest slot still counts.
     #[inline]
+    #[allow(clippy::arithmetic_side_effects, reason = "elapsed is a remainder of precision, or 0")]
     fn weight(&self, rule: &Rule) -> u64 {
         if rule.strict {
             rule.precision
@@ -397,6 +432,10 @@ impl View {
     /// Does `cost` more fit? `whole + cost + oldest × weight / precision ≤ max`, in exact
     /// integers (the product needs 96 bits at most; no division).
     #[inline]
+    #[allow(
+        clippy::arithmetic_side_effects,
+        reason = "counts and cost sum below 2⁴⁵ (module docs), used ≤ max below, u64 × u64 fits u128"
+    )]
     fn admits(&self, rule: &Rule, cost: u64) -> bool {
         let used = self.current + self.full + cost;
         if used > rule.max {
@@ -410,6 +449,7 @@ impl View {
     /// Whole units still free after `cost` more: `max − whole − cost − ⌈oldest × weight /
     /// precision⌉`, at least 0.
     #[inline]
+    #[allow(clippy::arithmetic_side_effects, reason = "counts and cost sum below 2⁴⁵ (module docs)")]
     fn room(&self, rule: &Rule, cost: u64) -> u64 {
         let free = rule.max.saturating_sub(self.current + self.full + cost);
         if self.oldest == 0 {
@@ -430,6 +470,10 @@ impl View {
 
     /// `⌈oldest × weight / precision⌉`: what the oldest, partly covered slot still weighs.
     #[inline]
+    #[allow(
+        clippy::arithmetic_side_effects,
+        reason = "u64 × u64 fits u128, and a quotient by precision (≥ 1 ms) is far below u64::MAX"
+    )]
     fn oldest_share(&self, rule: &Rule) -> u64 {
         let faded = u128::from(self.oldest) * u128::from(self.weight(rule));
         // A fast division when the product fits 64 bits (it nearly always does).
@@ -472,6 +516,10 @@ pub(crate) trait Counter {
     /// Held for the whole check: what a view points to stays valid until it drops.
     type Pin;
     fn pin() -> Self::Pin;
+    /// The most units one commit counts. A check's cost is at most `max`; units recorded
+    /// or carried over are clamped to this, which changes no decision (counts saturate at
+    /// it, or the log's decisions are the same, see there) and keeps commits from overflowing.
+    const MOST: u64;
     /// Words per limit.
     fn words(rule: &Rule) -> usize;
     /// The limit's words, empty at `now`: their initial values (`words` is the whole state).
@@ -502,19 +550,23 @@ pub(crate) struct Sliding;
 impl Counter for Sliding {
     type View = View;
     type Pin = ();
+    /// A slot's count saturates at 2³²−1 (`pack`).
+    const MOST: u64 = MAX_UNITS;
     #[inline(always)]
     fn pin() {}
+    #[allow(clippy::arithmetic_side_effects, reason = "ring is at most MAX_SLOTS + 1")]
     fn words(rule: &Rule) -> usize {
         1 + usize::from(rule.slots > 1) + rule.ring as usize
     }
     fn reset(words: &mut [u64], rule: &Rule, now: u64) {
         let (slot, _) = rule.slot_of(now);
-        words[rule.at] = pack(slot, 0);
+        set(words, rule.at, pack(slot, 0));
         if let Some(at) = rule.sum_word() {
-            words[at] = pack(slot, 0);
+            set(words, at, pack(slot, 0));
         }
-        for i in slot - rule.ring..slot {
-            words[rule.position(i)] = pack(i, 0);
+        // `slot_of` puts every slot at least `ring` in: nothing saturates.
+        for i in slot.saturating_sub(rule.ring)..slot {
+            set(words, rule.position(i), pack(i, 0));
         }
     }
     #[inline(always)]
@@ -601,7 +653,7 @@ impl KeyState {
         // is nothing to order, and loom's RMW bookkeeping mishandles an RMW that reads an
         // initial plain store, https://github.com/tokio-rs/loom/issues/254).
         let mut init = vec![0u64; policy.words];
-        init[TOUCHED] = now.min(RETIRED - 1);
+        set(&mut init, TOUCHED, now.min(RETIRED - 1));
         for rule in policy.rules.iter() {
             match policy.algorithm {
                 Algorithm::SlidingWindow => Sliding::reset(&mut init, rule, now),
@@ -649,7 +701,7 @@ impl KeyState {
         if same_layout && touched != RETIRED && self.policy.algorithm != Algorithm::SlidingLog {
             // AcqRel: see the doc comment (pairs with the commits' CAS).
             let mut words: Vec<u64> = self.words.iter().map(|w| w.fetch_add(0, Ordering::AcqRel)).collect();
-            words[TOUCHED] = touched;
+            set(&mut words, TOUCHED, touched);
             return KeyState {
                 words: words.into_iter().map(AtomicU64::new).collect(),
                 policy: Arc::clone(newer),
@@ -706,6 +758,7 @@ impl KeyState {
     fn carry_in<A: Counter>(&self, units: &[u64], now: u64) {
         let _pin = A::pin();
         for (rule, &cost) in self.policy.rules.iter().zip(units) {
+            let cost = cost.min(A::MOST);
             let view = A::view(self, rule, now, false);
             // Unshared: the CAS cannot fail, but a failure would only lose carried units.
             if cost > 0 && A::commit(self, rule, &view, cost) {
@@ -715,6 +768,10 @@ impl KeyState {
     }
 
     #[inline]
+    #[allow(
+        clippy::indexing_slicing,
+        reason = "indexes come from the layout of the policy passed: the state's own, or one laid out the same"
+    )]
     pub(crate) fn word(&self, index: usize) -> &AtomicU64 {
         &self.words[index]
     }
@@ -826,34 +883,36 @@ impl KeyState {
     /// `remaining` / denial is about. `Retired` if any state was retired under the check
     /// (whatever it counted elsewhere has been taken back): look the keys up again.
     pub fn check_many(states: &[&KeyState], now: u64, cost: u64) -> (Outcome, usize) {
-        let n = states.len().min(MAX_IDENTITIES);
+        let states = states.get(..MAX_IDENTITIES).unwrap_or(states);
         let Some(&first) = states.first() else { return (Outcome::Retired, 0) };
         // Every check commits the states in one global order (by address), as a single key
         // commits its limits in one order: two requests charging the same keys in opposite
         // orders then contend for the same first key, and the loser takes nothing, instead
         // of each holding one key and refusing for want of the other.
-        let mut order = [0usize; MAX_IDENTITIES];
-        for (i, slot) in order.iter_mut().enumerate() {
-            *slot = i;
+        let mut order = [(0usize, first); MAX_IDENTITIES];
+        for (slot, (i, &state)) in order.iter_mut().zip(states.iter().enumerate()) {
+            *slot = (i, state);
         }
-        order[..n].sort_unstable_by_key(|&i| Arc::as_ptr(&states[i].words).cast::<u8>() as usize);
-        let mut sorted = [first; MAX_IDENTITIES];
-        for (slot, &i) in sorted.iter_mut().zip(&order[..n]) {
-            *slot = states[i];
+        let order = order.get_mut(..states.len()).unwrap_or_default();
+        order.sort_unstable_by_key(|&(_, state)| Arc::as_ptr(&state.words).cast::<u8>() as usize);
+        let (mut sorted, mut rank) = ([first; MAX_IDENTITIES], [0usize; MAX_IDENTITIES]);
+        for ((slot, r), &(i, state)) in sorted.iter_mut().zip(rank.iter_mut()).zip(order.iter()) {
+            (*slot, *r) = (state, i);
         }
-        let sorted = &sorted[..n];
+        let sorted = sorted.get(..order.len()).unwrap_or_default();
+        let rank = rank.get(..order.len()).unwrap_or_default();
         // One algorithm per limiter: every state's policy runs the first one's.
         let (outcome, s) = match first.policy.algorithm {
-            Algorithm::SlidingWindow => KeyState::check_many_with::<Sliding>(sorted, &order[..n], now, cost),
-            Algorithm::FixedWindow => KeyState::check_many_with::<Fixed>(sorted, &order[..n], now, cost),
-            Algorithm::SlidingLog => KeyState::check_many_with::<Log>(sorted, &order[..n], now, cost),
-            Algorithm::Gcra => KeyState::check_many_with::<Gcra>(sorted, &order[..n], now, cost),
+            Algorithm::SlidingWindow => KeyState::check_many_with::<Sliding>(sorted, rank, now, cost),
+            Algorithm::FixedWindow => KeyState::check_many_with::<Fixed>(sorted, rank, now, cost),
+            Algorithm::SlidingLog => KeyState::check_many_with::<Log>(sorted, rank, now, cost),
+            Algorithm::Gcra => KeyState::check_many_with::<Gcra>(sorted, rank, now, cost),
         };
-        (outcome, order[s.min(n - 1)])
+        (outcome, rank.get(s).or(rank.last()).copied().unwrap_or(0))
     }
 
     /// `rank[s]`: state `s`'s position in the caller's order, which breaks ties. State `s`'s
-    /// views are `views[s * MAX_LIMITS..][..its limits]` (each state has its own policy).
+    /// views are the `s`-th chunk of `MAX_LIMITS` views (each state has its own policy).
     fn check_many_with<A: Counter>(
         states: &[&KeyState],
         rank: &[usize],
@@ -861,19 +920,19 @@ impl KeyState {
         cost: u64,
     ) -> (Outcome, usize) {
         let _pin = A::pin();
-        let states = &states[..states.len().min(MAX_IDENTITIES)];
+        let states = states.get(..MAX_IDENTITIES).unwrap_or(states);
         let mut views = [A::View::default(); MAX_IDENTITIES * MAX_LIMITS];
         let mut touched = [0u64; MAX_IDENTITIES];
         'attempt: loop {
             let mut admits = true;
-            for (s, state) in states.iter().enumerate() {
+            let each = states.iter().zip(views.chunks_exact_mut(MAX_LIMITS)).zip(touched.iter_mut());
+            for (s, ((state, views), touched)) in each.enumerate() {
                 let (at, expired) = match state.begin(&state.policy, now, cost, true) {
                     Ok(begun) => begun,
                     Err(outcome) => return (outcome, s),
                 };
-                touched[s] = at;
-                for (j, rule) in state.policy.rules.iter().enumerate() {
-                    let view = &mut views[s * MAX_LIMITS + j];
+                *touched = at;
+                for (rule, view) in state.policy.rules.iter().zip(views.iter_mut()) {
                     *view = A::view(state, rule, now, expired);
                     if A::retired(view) {
                         return (Outcome::Retired, s);
@@ -884,25 +943,30 @@ impl KeyState {
             if !admits || cost == 0 {
                 return KeyState::decide_many::<A>(states, rank, &views, now, cost, admits);
             }
-            for (s, state) in states.iter().enumerate() {
-                for (j, rule) in state.policy.rules.iter().enumerate() {
-                    let at = s * MAX_LIMITS + j;
+            // The limit (state, index) that lost its room to a racing check, if any.
+            let mut lost = None;
+            let each = states.iter().zip(views.chunks_exact_mut(MAX_LIMITS)).enumerate();
+            'commit: for (s, (state, views)) in each {
+                for (j, (rule, view)) in state.policy.rules.iter().zip(views.iter_mut()).enumerate() {
                     loop {
-                        if A::commit(state, rule, &views[at], cost) {
+                        if A::commit(state, rule, view, cost) {
                             break;
                         }
-                        views[at] = A::view(state, rule, now, false);
-                        if A::retired(&views[at]) || !A::admits(rule, &views[at], cost) {
-                            KeyState::roll_back::<A>(states, &views, (s, j), cost, None);
-                            continue 'attempt;
+                        *view = A::view(state, rule, now, false);
+                        if A::retired(view) || !A::admits(rule, view, cost) {
+                            lost = Some((s, j));
+                            break 'commit;
                         }
                     }
                 }
             }
-            for (s, state) in states.iter().enumerate() {
-                let rules = &state.policy.rules;
-                let views = &views[s * MAX_LIMITS..][..rules.len()];
-                state.touch::<A>(touched[s], now, cost, rules.iter().zip(views));
+            if let Some(until) = lost {
+                KeyState::roll_back::<A>(states, &views, until, cost, None);
+                continue 'attempt;
+            }
+            let each = states.iter().zip(views.chunks_exact(MAX_LIMITS)).zip(&touched);
+            for ((state, views), &touched) in each {
+                state.touch::<A>(touched, now, cost, state.policy.rules.iter().zip(views));
             }
             if let Some(lost) = states.iter().position(|state| state.lost_to_retirement()) {
                 // The retired state's units go with it; the others' must not stay counted.
@@ -922,12 +986,13 @@ impl KeyState {
         cost: u64,
         skip: Option<usize>,
     ) {
-        for (s, state) in states.iter().enumerate().take(until.0 + 1) {
+        let each = states.iter().zip(views.chunks_exact(MAX_LIMITS)).enumerate();
+        for (s, (state, views)) in each.take_while(|&(s, _)| s <= until.0) {
             let rules = &state.policy.rules;
             let done = if s == until.0 { until.1 } else { rules.len() };
-            for (j, rule) in rules.iter().enumerate().take(done) {
+            for (rule, view) in rules.iter().zip(views).take(done) {
                 if Some(s) != skip {
-                    A::rollback(state, rule, &views[s * MAX_LIMITS + j], cost);
+                    A::rollback(state, rule, view, cost);
                 }
             }
         }
@@ -943,44 +1008,48 @@ impl KeyState {
         cost: u64,
         allowed: bool,
     ) -> (Outcome, usize) {
-        let decision = |s: usize| {
-            let policy = &states[s].policy;
-            let views = &views[s * MAX_LIMITS..][..policy.rules.len()];
+        let decision = |state: &KeyState, views: &[A::View]| {
+            let policy = &state.policy;
             let admits = policy.rules.iter().zip(views).all(|(r, v)| A::admits(r, v, cost));
-            let d = states[s].decide::<A>(policy, views, now, cost, allowed || admits);
+            let d = state.decide::<A>(policy, views, now, cost, allowed || admits);
             // A refusal reports the room before any cost, as for several limits of one key.
             let room = if allowed || !admits {
                 d.remaining()
             } else {
-                states[s].decide::<A>(policy, views, now, 0, true).remaining()
+                state.decide::<A>(policy, views, now, 0, true).remaining()
             };
             (d, room)
         };
-        let mut best: Option<(usize, Decision)> = None;
+        // The chosen state, its rank and its decision.
+        let mut best: Option<(usize, usize, Decision)> = None;
         let mut least = u64::MAX;
-        for s in 0..states.len() {
-            let (d, room) = decision(s);
+        let each = states.iter().zip(views.chunks_exact(MAX_LIMITS)).zip(rank);
+        for (s, ((state, views), &r)) in each.enumerate() {
+            let (d, room) = decision(state, views);
             least = least.min(room);
             let better = match best {
                 None => allowed || !d.is_allowed(),
                 // Admitted: the state with the least room. Refused: the refusing state that
                 // frees up last. Ties go to the first in the caller's order.
-                Some((t, b)) if allowed => (d.remaining(), rank[s]) < (b.remaining(), rank[t]),
-                Some((t, b)) => {
-                    let later = (d.retry_after(), std::cmp::Reverse(rank[s]))
-                        > (b.retry_after(), std::cmp::Reverse(rank[t]));
+                Some((_, t, b)) if allowed => (d.remaining(), r) < (b.remaining(), t),
+                Some((_, t, b)) => {
+                    let later =
+                        (d.retry_after(), std::cmp::Reverse(r)) > (b.retry_after(), std::cmp::Reverse(t));
                     !d.is_allowed() && (b.is_allowed() || later)
                 }
             };
             if better {
-                best = Some((s, d));
+                best = Some((s, r, d));
             }
         }
         match best {
-            Some((s, d)) if allowed => (Outcome::Decided(d), s),
+            Some((s, _, d)) if allowed => (Outcome::Decided(d), s),
             // A refusal reports the least room of any state, as several limits do.
-            Some((s, d)) => (Outcome::Decided(d.with_remaining(least)), s),
-            None => (Outcome::Decided(states[0].policy.fresh(cost)), 0),
+            Some((s, _, d)) => (Outcome::Decided(d.with_remaining(least)), s),
+            None => (
+                states.first().map_or(Outcome::Retired, |state| Outcome::Decided(state.policy.fresh(cost))),
+                0,
+            ),
         }
     }
 
@@ -997,6 +1066,7 @@ impl KeyState {
 
     fn add_with<A: Counter>(&self, policy: &Policy, now: u64, cost: u64) -> Outcome {
         let _pin = A::pin();
+        let cost = cost.min(A::MOST);
         let rules = &policy.rules[..];
         let mut views = [A::View::default(); MAX_LIMITS];
         let (touched, expired) = match self.begin(policy, now, cost, true) {
@@ -1016,7 +1086,7 @@ impl KeyState {
                     *view = A::view(self, rule, now, false);
                 }
             }
-            self.touch::<A>(touched, now, cost, rules.iter().zip(views[..rules.len()].iter()));
+            self.touch::<A>(touched, now, cost, rules.iter().zip(views.iter()));
             if self.lost_to_retirement() {
                 return Outcome::Retired;
             }
@@ -1134,6 +1204,10 @@ impl KeyState {
             }
             for (j, rule) in rules.iter().enumerate() {
                 loop {
+                    #[allow(
+                        clippy::indexing_slicing,
+                        reason = "j < rules.len() ≤ MAX_LIMITS, checked at build"
+                    )]
                     let view = &mut views[j];
                     if A::commit(self, rule, view, cost) {
                         break;
@@ -1147,17 +1221,17 @@ impl KeyState {
                     }
                 }
             }
-            let views = &views[..rules.len()];
-            self.touch::<A>(touched, now, cost, rules.iter().zip(views));
+            self.touch::<A>(touched, now, cost, rules.iter().zip(views.iter()));
             if self.lost_to_retirement() {
                 return Outcome::Retired;
             }
-            return Outcome::Decided(self.decide::<A>(policy, views, now, cost, true));
+            return Outcome::Decided(self.decide::<A>(policy, &views, now, cost, true));
         }
     }
 
     /// Reads one limit's window at `now` (loads only).
     #[inline(always)]
+    #[allow(clippy::arithmetic_side_effects, reason = "a slot is at least ring = slots + 1 (module docs)")]
     fn view(&self, rule: &Rule, now: u64, expired: bool) -> View {
         let (slot, elapsed) = rule.slot_of(now);
         // Acquire pairs with the Release CAS in `commit`/`rollback`: it makes the history
@@ -1197,6 +1271,10 @@ impl KeyState {
 
     /// The view at `slot` given the loaded `cur` word, or the later slot to adopt instead
     /// when `cur`, `sum` or the ring shows that time has already moved past `slot`.
+    #[allow(
+        clippy::arithmetic_side_effects,
+        reason = "slots are below 2⁴⁵ and at least ring (module docs); tag distances are below 2³¹"
+    )]
     fn view_at(&self, rule: &Rule, slot: u64, elapsed: u64, seen: u64) -> Result<View, u64> {
         let behind = tag_distance(slot as u32, tag_of(seen));
         if behind < 0 {
@@ -1246,6 +1324,10 @@ impl KeyState {
     /// the window with the move. O(slots moved) rather than O(window), so a key checked
     /// about once per slot does not walk its whole ring at every check. `None` when that
     /// `sum` is not the closed slot's (a racing move): add the ring up instead.
+    #[allow(
+        clippy::arithmetic_side_effects,
+        reason = "closed < view.slot, both at least ring > slots (module docs); a sum and a count fit 33 bits"
+    )]
     fn carried_sum(&self, rule: &Rule, view: &View, closed: u64, units: u64) -> Result<Option<u64>, u64> {
         let Some(at) = rule.sum_word() else { return Ok(Some(0)) };
         if view.slot - closed >= rule.slots {
@@ -1269,6 +1351,10 @@ impl KeyState {
 
     /// Units in the closed slots wholly inside `view`'s window (`slot − n + 1 .. slot`),
     /// from the ring, with the slot `view` closes (if any) read from `cur` instead.
+    #[allow(
+        clippy::arithmetic_side_effects,
+        reason = "a slot is at least ring > slots; at most MAX_SLOTS 32-bit counts are added (module docs)"
+    )]
     fn closed_units(&self, rule: &Rule, view: &View) -> Result<u64, u64> {
         let closing = view.closing();
         let mut full = 0u64;
@@ -1287,6 +1373,7 @@ impl KeyState {
     }
 
     #[inline]
+    #[allow(clippy::arithmetic_side_effects, reason = "a slot below 2⁴⁵ plus a tag distance below 2³¹")]
     fn hist(&self, rule: &Rule, slot: u64) -> Hist {
         // Relaxed: ordered by the Acquire load of `cur` in `view` (see there).
         let word = self.word(rule.position(slot)).load(Ordering::Relaxed);
@@ -1319,6 +1406,10 @@ impl KeyState {
     /// to a new slot closes: the closed slot's final count, the skipped slots as empty, and
     /// the new slot's `sum`. `false` if `cur` changed since the view.
     #[inline(always)]
+    #[allow(
+        clippy::arithmetic_side_effects,
+        reason = "slots below 2⁴⁵ and at least ring (module docs); a 32-bit count plus a cost ≤ MOST"
+    )]
     fn commit(&self, rule: &Rule, view: &View, cost: u64) -> bool {
         if let Some((closed, units)) = view.closing() {
             let lowest = view.slot - rule.ring;
@@ -1405,6 +1496,10 @@ impl KeyState {
     /// The earliest time (ns) at which `cost` more units fit this limit if nothing else is
     /// admitted: the window slides forward slot by slot; within a slot the interpolated
     /// count falls linearly, so the crossing point is solved exactly (rounded up to the ns).
+    #[allow(
+        clippy::arithmetic_side_effects,
+        reason = "slots and counts below 2⁴⁵, slots at least ring (module docs); u64 × u64 fits u128"
+    )]
     fn admissible_at(&self, rule: &Rule, view: &View, cost: u64) -> u64 {
         let room = rule.max.saturating_sub(cost);
         let p = u128::from(rule.precision);

@@ -11,7 +11,10 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
-use slidegate::{Accuracy, ConfigError, Decision, Denial, Limit, Limiter, ManualClock, MAX_LIMITS};
+use slidegate::{
+    Accuracy, Algorithm, ConfigError, Decision, Denial, Limit, Limiter, ManualClock, MAX_LIMITS,
+    MAX_LOG_UNITS, MAX_UNITS,
+};
 
 #[allow(dead_code)]
 mod support {
@@ -694,6 +697,9 @@ fn any_cost() -> impl Strategy<Value = u64> {
     prop_oneof![0u64..20, Just(u64::from(u32::MAX)), Just(u64::MAX), any::<u64>()]
 }
 
+const ALGORITHMS: [Algorithm; 4] =
+    [Algorithm::SlidingWindow, Algorithm::FixedWindow, Algorithm::SlidingLog, Algorithm::Gcra];
+
 proptest! {
     #![proptest_config(ProptestConfig {
         cases: std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(200),
@@ -702,7 +708,8 @@ proptest! {
         ..ProptestConfig::default()
     })]
 
-    /// No public function panics: odd strings, odd limits, odd costs, odd clock moves.
+    /// No public function panics: odd strings, odd limits, odd costs, odd clock moves, under
+    /// every algorithm, through `check_n`, `record` and `check_all`.
     #[test]
     fn nothing_panics(
         text in "\\PC{0,16}|[0-9]{1,22}/[0-9]{0,22}(ms|s|min|h|d|x)?(@[0-9]{0,8}(ms|s|min|h|d))?( strict)?",
@@ -710,7 +717,8 @@ proptest! {
             (prop_oneof![1u64..12, 0..=u64::from(u32::MAX) + 1], any_span(), prop::option::of(any_span()), any::<bool>()),
             0..4,
         ),
-        ops in prop::collection::vec((any_span(), any_cost(), 0u8..4), 0..40),
+        algorithm in prop::sample::select(ALGORITHMS.to_vec()),
+        ops in prop::collection::vec((any_span(), any_cost(), 0u8..4, 0u8..3), 0..40),
     ) {
         if let Ok(limit) = text.parse::<Limit>() {
             prop_assert!(limit.validate().is_ok());
@@ -728,13 +736,22 @@ proptest! {
             let _ = (l.slots(), l.validate(), l.to_string());
         }
         let clock = ManualClock::new();
-        let mut builder = Limiter::<u8>::builder().clock(clock.clone()).max_keys(2);
+        let mut builder = Limiter::<u8>::builder().clock(clock.clone()).algorithm(algorithm).max_keys(2);
         for l in &limits {
             builder = builder.limit(*l);
         }
         let Ok(limiter) = builder.build() else { return Ok(()) };
-        for (advance, cost, key) in ops {
+        for (advance, cost, key, op) in ops {
             clock.advance(advance);
+            match op {
+                0 => {}
+                1 => {
+                    let _ = limiter.record(&key, cost);
+                }
+                _ => {
+                    let _ = limiter.check_all(&[&key, &(key ^ 1)], cost);
+                }
+            }
             let d = limiter.check_n(&key, cost);
             match d.denial() {
                 None => prop_assert_eq!(d.retry_after(), None),
@@ -751,6 +768,134 @@ proptest! {
                 let _ = limiter.reset(&key);
             }
         }
+    }
+}
+
+/// `record` takes any cost (units admitted elsewhere): counts saturate at their 32-bit
+/// limit instead of overflowing (a second huge record used to wrap a full count back below
+/// `max`), and the sliding log keeps at most its newest `MAX_LOG_UNITS` entries, which
+/// changes no decision (a huge cost used to be a huge allocation, and `u64::MAX` a length
+/// that wrapped to an empty, dangling snapshot: a segfault in release builds).
+#[test]
+fn record_takes_any_cost_under_every_algorithm() {
+    for algorithm in ALGORITHMS {
+        for max in [1, 10, MAX_LOG_UNITS, MAX_UNITS] {
+            let clock = ManualClock::new();
+            let built = Limiter::<u64>::builder()
+                .algorithm(algorithm)
+                .limit(Limit::per_minute(max))
+                .clock(clock.clone())
+                .build();
+            let Ok(limiter) = built else {
+                assert!(algorithm == Algorithm::SlidingLog && max > MAX_LOG_UNITS);
+                continue;
+            };
+            for cost in [u64::MAX, u64::MAX, 1 << 40, u64::from(u32::MAX) + 1, u64::MAX] {
+                assert_eq!(limiter.record(&1, cost).remaining(), 0, "{algorithm:?} {max} {cost}");
+                let d = limiter.check(&1);
+                assert!(!d.is_allowed() && d.retry_after().is_some(), "{algorithm:?} {max} {cost}: {d:?}");
+            }
+            if algorithm == Algorithm::SlidingLog {
+                // Its units leave the window exactly when they would have, all of them.
+                assert_eq!(limiter.check(&1).retry_after(), Some(secs(60)), "{max}");
+            }
+            if algorithm != Algorithm::Gcra {
+                // GCRA keeps recorded units until they have passed at the sustained rate.
+                clock.advance(secs(121));
+                assert!(limiter.check(&1).is_allowed(), "{algorithm:?} {max}");
+            }
+            clock.advance(Duration::MAX);
+            assert!(limiter.check(&1).is_allowed(), "{algorithm:?} {max}");
+        }
+    }
+}
+
+/// The `tower` layer's `RateLimit-Policy` field states a window near `Duration::MAX` in
+/// whole seconds, saturating (rounding it up used to overflow: a panic in debug builds, and
+/// `w=0` in release builds).
+#[cfg(feature = "tower")]
+#[tokio::test]
+async fn the_layer_states_a_window_near_duration_max() {
+    use axum::http::{Request, Response};
+    use tower::{Layer, ServiceExt};
+
+    let window = Duration::new(u64::MAX, 999_000_000);
+    let limiter = Limiter::<IpAddr>::builder()
+        .limit(Limit::new(5, window).precision(window))
+        .clock(ManualClock::new())
+        .build()
+        .unwrap();
+    let layer = slidegate::tower::RateLimitLayer::new("huge", limiter, slidegate::tower::PeerIp);
+    let service = layer.layer(tower::service_fn(|_: Request<()>| async {
+        Ok::<_, std::convert::Infallible>(Response::new(()))
+    }));
+    let mut request = Request::new(());
+    request.extensions_mut().insert(std::net::SocketAddr::from(([127, 0, 0, 1], 9)));
+    let response = service.oneshot(request).await.unwrap();
+    assert_eq!(response.headers()["ratelimit-policy"], "\"huge\";q=5;w=18446744073709551615");
+}
+
+/// A stand-in for memcached on loopback: every `get` is answered with `reply(its first
+/// key)`, every `incr` with 1. Returns its address.
+#[cfg(feature = "memcached")]
+async fn fake_memcached(reply: fn(&str) -> String) -> String {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut conn = BufReader::new(stream);
+                let mut line = String::new();
+                while conn.read_line(&mut line).await.is_ok_and(|n| n > 0) {
+                    let mut words = line.split_whitespace();
+                    let answer = match words.next() {
+                        Some("get") => reply(words.next().unwrap_or_default()),
+                        Some("incr") => "1\r\n".to_owned(),
+                        _ => "ERROR\r\n".to_owned(),
+                    };
+                    if conn.get_mut().write_all(answer.as_bytes()).await.is_err() {
+                        return;
+                    }
+                    line.clear();
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// What a memcached server sends is input too: a counter at `u64::MAX` is refused (adding
+/// the cost to it overflowed), a value longer than any item is an error that the fallback
+/// answers (its length plus 2 overflowed, or sized a huge allocation), and a window of
+/// about `u64::MAX` ms saturates in the counters' TTL and in `retry_after` (both overflowed).
+#[cfg(feature = "memcached")]
+#[tokio::test]
+async fn memcached_replies_and_windows_out_of_range() {
+    use slidegate::memcached::{DecidedBy, Fallback, MemcachedLimiter};
+
+    let full = fake_memcached(|key| format!("VALUE {key} 0 20\r\n{}\r\nEND\r\n", u64::MAX)).await;
+    let endless = fake_memcached(|key| format!("VALUE {key} 0 {}\r\nX", usize::MAX)).await;
+    let empty = fake_memcached(|_| "END\r\n".to_owned()).await;
+    for limit in [Limit::per_minute(10), Limit::new(10, Duration::from_secs(u64::MAX / 1000))] {
+        let limiter = |addr: &str| {
+            MemcachedLimiter::<u64>::builder()
+                .addr(addr)
+                .limit(limit)
+                .clock(ManualClock::new())
+                .timeout(secs(10))
+                .fallback(Fallback::Open)
+                .build()
+                .unwrap()
+        };
+        let d = limiter(&full).check(&1).await;
+        assert_eq!((d.decided_by(), d.is_allowed(), d.remaining()), (DecidedBy::Server, false, 0), "{limit}");
+        assert!(d.retry_after().is_some(), "{limit}");
+        let d = limiter(&endless).check(&1).await;
+        assert_eq!((d.decided_by(), d.is_allowed()), (DecidedBy::FailOpen, true), "{limit}");
+        let d = limiter(&empty).check(&1).await;
+        assert_eq!((d.decided_by(), d.is_allowed(), d.remaining()), (DecidedBy::Server, true, 9), "{limit}");
     }
 }
 

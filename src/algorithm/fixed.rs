@@ -2,8 +2,9 @@
 //! packing as the sliding window's `cur`. A check in a later window than the word's counts
 //! from zero; an admission is one CAS.
 
+use crate::limit::MAX_UNITS;
 use crate::sync::Ordering;
-use crate::window::{count_of, pack, tag_distance, tag_of, Counter, KeyState, Rule};
+use crate::window::{count_of, pack, set, tag_distance, tag_of, Counter, KeyState, Rule};
 
 pub(crate) struct Fixed;
 
@@ -21,15 +22,18 @@ pub(crate) struct View {
 impl Counter for Fixed {
     type View = View;
     type Pin = ();
+    /// The count saturates at 2³²−1 (`pack`).
+    const MOST: u64 = MAX_UNITS;
     #[inline(always)]
     fn pin() {}
     fn words(_: &Rule) -> usize {
         1
     }
     fn reset(words: &mut [u64], rule: &Rule, now: u64) {
-        words[rule.at()] = pack(rule.slot_of(now).0, 0);
+        set(words, rule.at(), pack(rule.slot_of(now).0, 0));
     }
     #[inline]
+    #[allow(clippy::arithmetic_side_effects, reason = "a slot below 2⁴⁵ plus a tag distance below 2³¹")]
     fn view(state: &KeyState, rule: &Rule, now: u64, expired: bool) -> View {
         let (slot, elapsed) = rule.slot_of(now);
         // Relaxed: one word, and nothing else is published with it.
@@ -49,10 +53,12 @@ impl Counter for Fixed {
         false
     }
     #[inline]
+    #[allow(clippy::arithmetic_side_effects, reason = "a 32-bit count plus a cost ≤ max")]
     fn admits(rule: &Rule, view: &View, cost: u64) -> bool {
         view.current + cost <= rule.max
     }
     #[inline]
+    #[allow(clippy::arithmetic_side_effects, reason = "a 32-bit count plus a cost ≤ MOST")]
     fn commit(state: &KeyState, rule: &Rule, view: &View, cost: u64) -> bool {
         let next = pack(view.slot, view.current + cost);
         // The word's modification order alone orders admissions. Acquire pairs with the
@@ -72,12 +78,14 @@ impl Counter for Fixed {
         }
     }
     #[inline]
+    #[allow(clippy::arithmetic_side_effects, reason = "a 32-bit count plus a cost ≤ max")]
     fn room(rule: &Rule, view: &View, cost: u64) -> u64 {
         rule.max.saturating_sub(view.current + cost)
     }
     fn used(_: &Rule, view: &View) -> u64 {
         view.current
     }
+    #[allow(clippy::arithmetic_side_effects, reason = "a 32-bit count plus a cost ≤ max; a slot below 2⁴⁵")]
     fn admissible_at(_: &KeyState, rule: &Rule, view: &View, cost: u64) -> u64 {
         if view.current + cost <= rule.max {
             rule.time_of(view.slot, view.elapsed)

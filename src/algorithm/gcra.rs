@@ -4,7 +4,7 @@
 //! (= `max × interval`) of `now`. An admission is one CAS; a refusal writes nothing.
 
 use crate::sync::Ordering;
-use crate::window::{Counter, KeyState, Rule};
+use crate::window::{set, Counter, KeyState, Rule};
 
 pub(crate) struct Gcra;
 
@@ -31,13 +31,15 @@ impl View {
 impl Counter for Gcra {
     type View = View;
     type Pin = ();
+    /// The arrival time saturates instead.
+    const MOST: u64 = u64::MAX;
     #[inline(always)]
     fn pin() {}
     fn words(_: &Rule) -> usize {
         1
     }
     fn reset(words: &mut [u64], rule: &Rule, _: u64) {
-        words[rule.at()] = 0;
+        set(words, rule.at(), 0);
     }
     #[inline]
     fn view(state: &KeyState, rule: &Rule, now: u64, expired: bool) -> View {
@@ -52,6 +54,7 @@ impl Counter for Gcra {
         false
     }
     #[inline]
+    #[allow(clippy::arithmetic_side_effects, reason = "after() adds to now, saturating: never below it")]
     fn admits(rule: &Rule, view: &View, cost: u64) -> bool {
         view.after(rule, cost) - view.now <= rule.burst
     }
@@ -86,6 +89,10 @@ impl Counter for Gcra {
         }
     }
     #[inline]
+    #[allow(
+        clippy::arithmetic_side_effects,
+        reason = "after() adds to now, saturating: never below it; interval ≥ 1 (a window of at least 1 ms)"
+    )]
     fn room(rule: &Rule, view: &View, cost: u64) -> u64 {
         let used = view.after(rule, cost) - view.now;
         rule.burst.saturating_sub(used) / rule.interval

@@ -12,8 +12,9 @@
 // `unsafe`; each use says why it is sound.
 #![allow(unsafe_code)]
 
+use crate::algorithm::MAX_LOG_UNITS;
 use crate::sync::Ordering;
-use crate::window::{Counter, KeyState, Rule};
+use crate::window::{set, Counter, KeyState, Rule};
 
 const EMPTY: u64 = 0;
 /// Never an address: snapshots are 8-byte aligned.
@@ -38,6 +39,7 @@ pub(crate) struct View {
 }
 
 impl View {
+    #[allow(clippy::arithmetic_side_effects, reason = "first is a partition point of the entries, or len")]
     fn in_window(&self) -> u64 {
         (self.len - self.first) as u64
     }
@@ -66,10 +68,10 @@ fn publishable(len: usize, fill: impl FnOnce(&mut Vec<u64>)) -> u64 {
     if len == 0 {
         return EMPTY;
     }
-    let mut words = Vec::with_capacity(len + 1);
+    let mut words = Vec::with_capacity(len.saturating_add(1));
     words.push(len as u64);
     fill(&mut words);
-    debug_assert_eq!(words.len(), len + 1);
+    debug_assert_eq!(words.len(), len.saturating_add(1));
     // Exact capacity: `into_boxed_slice` does not reallocate.
     Box::into_raw(words.into_boxed_slice()) as *mut u64 as usize as u64
 }
@@ -79,6 +81,7 @@ fn publishable(len: usize, fill: impl FnOnce(&mut Vec<u64>)) -> u64 {
 /// # Safety
 /// `bits` came from [`publishable`], is not `EMPTY`, and no thread can read it any more
 /// (it was never shared, or it was unlinked and every pin that could see it has dropped).
+#[allow(clippy::arithmetic_side_effects, reason = "the snapshot holds len + 1 words, so that fits")]
 unsafe fn free(bits: u64) {
     let base = bits as usize as *mut u64;
     // SAFETY: per the contract, `base` is the start of a live boxed slice of `len + 1`
@@ -156,6 +159,12 @@ impl Log {
 impl Counter for Log {
     type View = View;
     type Pin = reclaim::Pin;
+    /// Entries beyond the newest `MOST` change no decision for any `max` (at most
+    /// `MAX_LOG_UNITS`): a cost fits once the `in_window + cost − max` oldest entries in the
+    /// window have left, and that is the same entry whether or not older ones are kept. So
+    /// a commit keeps at most `MOST` (a check's never has more), and a huge recorded cost
+    /// is not a huge allocation.
+    const MOST: u64 = MAX_LOG_UNITS;
     #[inline]
     fn pin() -> reclaim::Pin {
         reclaim::pin()
@@ -164,7 +173,7 @@ impl Counter for Log {
         1
     }
     fn reset(words: &mut [u64], rule: &Rule, _: u64) {
-        words[rule.at()] = EMPTY;
+        set(words, rule.at(), EMPTY);
     }
     fn view(state: &KeyState, rule: &Rule, now: u64, expired: bool) -> View {
         // Acquire: pairs with the Release CAS in `replace` (see there).
@@ -198,7 +207,7 @@ impl Counter for Log {
         view.retired
     }
     fn admits(rule: &Rule, view: &View, cost: u64) -> bool {
-        view.in_window() + cost <= rule.max
+        view.in_window().saturating_add(cost) <= rule.max
     }
     fn commit(state: &KeyState, rule: &Rule, view: &View, cost: u64) -> bool {
         let kept: &[u64] = if view.seen == EMPTY || view.first == view.len {
@@ -206,11 +215,15 @@ impl Counter for Log {
         } else {
             // SAFETY: `view.seen` was loaded in `view` under the pin this check still holds.
             let entries = unsafe { entries(view.seen) };
-            &entries[view.first..]
+            entries.get(view.first..).unwrap_or_default()
         };
-        let next = publishable(kept.len() + cost as usize, |words| {
+        // At most the newest `MOST` entries (see there), a small number: the casts are exact.
+        let cost = cost.min(Log::MOST) as usize;
+        let room = (Log::MOST as usize).saturating_sub(cost);
+        let kept = kept.get(kept.len().saturating_sub(room)..).unwrap_or_default();
+        let next = publishable(kept.len().saturating_add(cost), |words| {
             words.extend_from_slice(kept);
-            words.resize(words.len() + cost as usize, view.stamp);
+            words.resize(words.len().saturating_add(cost), view.stamp);
         });
         Log::replace(state, rule, view.seen, next)
     }
@@ -227,13 +240,16 @@ impl Counter for Log {
             // are interchangeable); some may have left the window and been dropped already.
             let from = entries.partition_point(|&t| t < view.stamp);
             let to = entries.partition_point(|&t| t <= view.stamp);
-            let gone = (to - from).min(cost as usize);
+            let gone = to.saturating_sub(from).min(usize::try_from(cost).unwrap_or(usize::MAX));
             if gone == 0 {
                 return;
             }
-            let next = publishable(entries.len() - gone, |words| {
-                words.extend_from_slice(&entries[..to - gone]);
-                words.extend_from_slice(&entries[to..]);
+            // Partition points: from ≤ to ≤ len, so nothing here saturates or comes up short.
+            let (before, after) = entries.split_at_checked(to).unwrap_or((entries, &[]));
+            let kept = before.get(..before.len().saturating_sub(gone)).unwrap_or_default();
+            let next = publishable(kept.len().saturating_add(after.len()), |words| {
+                words.extend_from_slice(kept);
+                words.extend_from_slice(after);
             });
             if Log::replace(state, rule, cur, next) {
                 return;
@@ -241,20 +257,22 @@ impl Counter for Log {
         }
     }
     fn room(rule: &Rule, view: &View, cost: u64) -> u64 {
-        rule.max.saturating_sub(view.in_window() + cost)
+        rule.max.saturating_sub(view.in_window().saturating_add(cost))
     }
     fn used(_: &Rule, view: &View) -> u64 {
         view.in_window()
     }
     fn admissible_at(_: &KeyState, rule: &Rule, view: &View, cost: u64) -> u64 {
-        let excess = (view.in_window() + cost).saturating_sub(rule.max) as usize;
+        let excess = view.in_window().saturating_add(cost).saturating_sub(rule.max) as usize;
         if excess == 0 || view.seen == EMPTY {
             return view.stamp;
         }
         // SAFETY: `view.seen` was loaded in `view` under the pin this check still holds.
         let entries = unsafe { entries(view.seen) };
         // `cost` fits once the `excess` oldest units in the window have left it.
-        entries.get(view.first + excess - 1).map_or(view.stamp, |t| t.saturating_add(rule.window))
+        #[allow(clippy::arithmetic_side_effects, reason = "excess ≥ 1 (returned above), first ≤ len")]
+        let oldest = view.first + excess - 1;
+        entries.get(oldest).map_or(view.stamp, |t| t.saturating_add(rule.window))
     }
     fn at(_: &Rule, view: &View, _: u64) -> (u64, u64) {
         (view.slot, view.elapsed)

@@ -131,7 +131,8 @@ where
         let mut own: HashMap<K, u64> = HashMap::new();
         while let Some((key, cost)) = self.queue.pop() {
             self.pending.fetch_sub(cost, Ordering::Relaxed);
-            *own.entry(key).or_default() += cost;
+            let units = own.entry(key).or_default();
+            *units = units.saturating_add(cost);
         }
         let now = Instant::now();
         known.retain(|key, (_, active)| {

@@ -323,7 +323,7 @@ where
                 if decision.is_allowed() && matches!(mode, Mode::Check) && cost > 0 {
                     let at = self.remote.time.now_ms().unwrap_or_else(wall_ms);
                     // Relaxed: a unique number, nothing is published with it.
-                    let seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
+                    let seq = self.seq.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
                     if let Ok(mut owed) = self.owed.lock() {
                         owed.push(Owed { redis_key, cost, at, seq });
                     }
@@ -496,14 +496,16 @@ where
         // must stay below 2^53 to be exact.
         for limit in &self.limits {
             let slot_ms = u64::try_from(limit.get_precision().as_millis()).unwrap_or(u64::MAX);
-            if u128::from(limit.max()) * u128::from(slot_ms) >= 1 << 53 {
+            #[allow(clippy::arithmetic_side_effects, reason = "a product of two u64 fits a u128")]
+            let product = u128::from(limit.max()) * u128::from(slot_ms);
+            if product >= 1 << 53 {
                 return Err(SetupError::Config(ConfigError::MaxTooLarge {
                     limit: *limit,
-                    most: (1 << 53) / slot_ms.max(1),
+                    most: (1u64 << 53).checked_div(slot_ms).unwrap_or(1 << 53),
                 }));
             }
         }
-        let mut limit_args = Vec::with_capacity(4 * self.limits.len());
+        let mut limit_args = Vec::with_capacity(self.limits.len().saturating_mul(4));
         let mut ttl_ms = 0u64;
         for limit in &self.limits {
             let window = u64::try_from(limit.window().as_millis()).unwrap_or(u64::MAX);
