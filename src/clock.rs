@@ -8,10 +8,17 @@ use std::time::Duration;
 
 use crate::background::Periodic;
 
+/// Where every clock stands still: 2⁶² ns (about 146 years) after its origin. With windows
+/// of at most [`MAX_WINDOW`](crate::MAX_WINDOW), every time computed from it (a slot's end,
+/// a retry time, an expiry) stays far below 2⁶⁴, so no arithmetic on times saturates into a
+/// wrong answer (tests/uptime.rs runs the clock to this end).
+pub(crate) const END_OF_TIME: u64 = 1 << 62;
+
 /// What the limiter reads on every check: nanoseconds since the clock's origin.
 ///
 /// Only the number itself is communicated (no other memory is published with it), so every
-/// access is `Relaxed`. Writers only ever raise it (`fetch_max`), so it never runs backwards.
+/// access is `Relaxed`. Writers only ever raise it (`fetch_max`), so it never runs backwards,
+/// and never past [`END_OF_TIME`].
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Now(Arc<AtomicU64>);
 
@@ -22,11 +29,12 @@ impl Now {
     }
 
     fn raise_to(&self, nanos: u64) {
-        self.0.fetch_max(nanos, Ordering::Relaxed);
+        self.0.fetch_max(nanos.min(END_OF_TIME), Ordering::Relaxed);
     }
 }
 
-/// A clock that moves only when told to. Clones share one time. It starts at zero.
+/// A clock that moves only when told to. Clones share one time. It starts at zero and
+/// stands still 2⁶² ns (about 146 years) later.
 ///
 /// Give it to [`LimiterBuilder::clock`](crate::LimiterBuilder::clock) to drive a limiter in
 /// tests or simulations; such a limiter starts no background thread (call
@@ -58,7 +66,8 @@ impl ManualClock {
         ManualClock::default()
     }
 
-    /// Moves the clock forward by `by` (saturating at about 584 years).
+    /// Moves the clock forward by `by`, to at most 2⁶² ns (about 146 years) after its origin,
+    /// where it stands still.
     ///
     /// ```
     /// let clock = slidegate::ManualClock::new();
@@ -70,7 +79,7 @@ impl ManualClock {
         // Relaxed: see `Now`. A CAS-free add would wrap; saturate instead.
         let mut cur = self.now.nanos();
         loop {
-            let next = cur.saturating_add(by);
+            let next = cur.saturating_add(by).min(END_OF_TIME);
             match self.now.0.compare_exchange_weak(cur, next, Ordering::Relaxed, Ordering::Relaxed) {
                 Ok(_) => return,
                 Err(seen) => cur = seen,
@@ -78,8 +87,8 @@ impl ManualClock {
         }
     }
 
-    /// Moves the clock to `to` since its origin, if that is later than now: a limiter's
-    /// time never runs backwards, so an earlier time is ignored.
+    /// Moves the clock to `to` since its origin (at most 2⁶² ns), if that is later than
+    /// now: a limiter's time never runs backwards, so an earlier time is ignored.
     ///
     /// ```
     /// let clock = slidegate::ManualClock::new();

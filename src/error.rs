@@ -40,6 +40,13 @@ pub enum ConfigError {
         /// The offending limit.
         limit: Limit,
     },
+    /// A window longer than [`MAX_WINDOW`](crate::MAX_WINDOW) (100 years).
+    WindowTooLong {
+        /// The offending limit.
+        limit: Limit,
+        /// The longest window allowed.
+        most: Duration,
+    },
     /// A zero-length slot.
     ZeroPrecision {
         /// The offending limit.
@@ -157,6 +164,12 @@ impl fmt::Display for ConfigError {
                 write!(f, "limit {limit}: max is larger than {most}; count in larger units")
             }
             ConfigError::ZeroWindow { limit } => write!(f, "limit {limit}: the window is zero"),
+            ConfigError::WindowTooLong { limit, most } => write!(
+                f,
+                "limit {limit}: the window ({:?}) is longer than {} days",
+                limit.window(),
+                most.as_secs() / 86_400
+            ),
             ConfigError::ZeroPrecision { limit } => write!(f, "limit {limit}: the precision is zero"),
             ConfigError::NotWholeMilliseconds { limit } => write!(
                 f,

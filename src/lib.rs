@@ -90,7 +90,7 @@ pub use algorithm::{Algorithm, MAX_LOG_UNITS};
 pub use clock::ManualClock;
 pub use decision::{Decision, Denial};
 pub use error::ConfigError;
-pub use limit::{Accuracy, Limit, MAX_SLOTS, MAX_UNITS};
+pub use limit::{Accuracy, Limit, MAX_SLOTS, MAX_UNITS, MAX_WINDOW};
 pub use limiter::{Identities, Limiter, LimiterBuilder};
 pub use policy::{PolicyConfig, DEFAULT_POLICY};
 pub use window::{Carry, MAX_IDENTITIES, MAX_LIMITS};

@@ -31,6 +31,24 @@ pub const MAX_SLOTS: u64 = 3600;
 /// ```
 pub const MAX_UNITS: u64 = u32::MAX as u64;
 
+/// The longest window a limit may have: 100 years of 365 days.
+///
+/// The limiter's clock runs for 2⁶² ns (about 146 years) from its origin and then stands
+/// still ([`ManualClock`](crate::ManualClock)); with windows at most this long, every time
+/// the limiter computes (a slot's end, a retry time, an expiry) stays below 2⁶⁴ ns, so none
+/// saturates into a wrong answer.
+///
+/// ```
+/// use std::time::Duration;
+/// use slidegate::{ConfigError, Limit, MAX_WINDOW};
+///
+/// assert_eq!(MAX_WINDOW, Duration::from_secs(100 * 365 * 86_400));
+/// assert!(Limit::new(10, MAX_WINDOW).validate().is_ok());
+/// let longer = Limit::new(10, MAX_WINDOW + Duration::from_secs(1));
+/// assert!(matches!(longer.validate(), Err(ConfigError::WindowTooLong { .. })));
+/// ```
+pub const MAX_WINDOW: Duration = Duration::from_secs(100 * 365 * 86_400);
+
 /// How the oldest, partly elapsed slot of a window is counted.
 ///
 /// ```
@@ -249,6 +267,9 @@ impl Limit {
         }
         if self.window.is_zero() {
             return Err(ConfigError::ZeroWindow { limit });
+        }
+        if self.window > MAX_WINDOW {
+            return Err(ConfigError::WindowTooLong { limit, most: MAX_WINDOW });
         }
         if self.precision.is_zero() {
             return Err(ConfigError::ZeroPrecision { limit });

@@ -35,6 +35,9 @@ use crate::window::{Carry, KeyState, Outcome, Policy, MAX_IDENTITIES};
 /// that two cores rarely meet on one shard.
 const SHARDS: usize = 256;
 
+/// A shard table with fewer entries than this is never rebuilt smaller after a sweep.
+const SMALLEST_SHRUNK: usize = 64;
+
 /// The default resolution of the real clock.
 const DEFAULT_TICK: Duration = Duration::from_millis(1);
 
@@ -581,6 +584,14 @@ where
         if cost == 0 {
             return finish(policy.fresh(0), &policy);
         }
+        // A full table refuses a new key without taking the shard's write lock or copying
+        // the key: under a key spray that is nearly every request, and the legitimate keys'
+        // checks on the same shards must not queue behind it. (A key another thread
+        // inserted since `decide` looked goes on to be checked.)
+        // Relaxed: `live` is a counter; the entry below re-checks under the shard lock.
+        if shared.live.load(Ordering::Relaxed) >= shared.max_keys && !shared.map.contains_key(key) {
+            return finish(Decision::too_many_keys(), &policy);
+        }
         match shared.map.entry(key.to_owned()) {
             // Another thread inserted it meanwhile. We hold the write lock: the state is
             // renewed if it must be, and no other thread can retire the one we check.
@@ -1032,7 +1043,11 @@ impl<K: Hash + Eq + Clone> Shared<K> {
         // state. Then each candidate is evicted under its shard's write lock if `retire`
         // succeeds: it re-checks expiry on the state and, by its CAS, wins or loses against
         // any check still counting into it, including checks that hold it through a cache.
+        // One shard at a time, so the candidates held at once are one shard's share of the
+        // keys, not every expired key of the table (a sweep after a key spray would
+        // otherwise hold a copy of millions of keys).
         let mut candidates = Vec::new();
+        let mut evicted = 0usize;
         for shard in self.map.shards() {
             let table = shard.read();
             // SAFETY: the shard's read guard is held for the whole walk, so no insert or
@@ -1050,17 +1065,31 @@ impl<K: Hash + Eq + Clone> Shared<K> {
                     candidates.push(key.clone());
                 }
             }
-        }
-        let mut evicted = 0usize;
-        for key in candidates {
-            match self.map.remove_if(&key, |_, held| held.retire(held.state.policy(), now)) {
-                Some(_) => evicted = evicted.saturating_add(1),
-                // Still in use (through a cache, so its copy of `touched` was stale).
-                None => {
-                    if let Some(held) = self.map.get(&key) {
-                        held.refresh();
+            drop(table);
+            if candidates.is_empty() {
+                continue;
+            }
+            for key in candidates.drain(..) {
+                match self.map.remove_if(&key, |_, held| held.retire(held.state.policy(), now)) {
+                    Some(_) => evicted = evicted.saturating_add(1),
+                    // Still in use (through a cache, so its copy of `touched` was stale).
+                    None => {
+                        if let Some(held) = self.map.get(&key) {
+                            held.refresh();
+                        }
                     }
                 }
+            }
+            // Memory back after a mass eviction (a key spray swept out): a table at most a
+            // quarter full is rebuilt at twice its length, so it stays within 2× of what it
+            // holds and must double its keys again before it grows (no shrink-grow cycles
+            // around one size). Rehashing the few keys left under the write lock is short.
+            let mut table = shard.write();
+            let (len, capacity) = (table.len(), table.capacity());
+            if capacity > SMALLEST_SHRUNK && len < capacity / 4 {
+                let hasher = self.map.hasher();
+                // The map's own hash of each key (dashmap's `hash_u64` is `hash_one` too).
+                table.shrink_to(len.saturating_mul(2), |(key, _)| hasher.hash_one(key));
             }
         }
         let live = self.live.fetch_sub(evicted, Ordering::Relaxed);

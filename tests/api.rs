@@ -365,9 +365,11 @@ fn time_never_runs_backwards() {
     clock.set(ms(2500));
     assert_eq!(clock.now(), ms(2500), "a later time is taken");
     clock.advance(Duration::MAX);
-    assert_eq!(clock.now(), Duration::from_nanos(u64::MAX), "advance saturates");
+    assert_eq!(clock.now(), Duration::from_nanos(1 << 62), "advance stops at the end of time");
+    clock.set(Duration::MAX);
+    assert_eq!(clock.now(), Duration::from_nanos(1 << 62), "so does set");
     clock.set(secs(3));
-    assert_eq!(clock.now(), Duration::from_nanos(u64::MAX));
+    assert_eq!(clock.now(), Duration::from_nanos(1 << 62));
 }
 
 #[test]
@@ -805,21 +807,28 @@ fn record_takes_any_cost_under_every_algorithm() {
                 assert!(limiter.check(&1).is_allowed(), "{algorithm:?} {max}");
             }
             clock.advance(Duration::MAX);
-            assert!(limiter.check(&1).is_allowed(), "{algorithm:?} {max}");
+            // At the end of the clock (2^62 ns) every window has long passed; GCRA's recorded
+            // units (u32::MAX a record at most, each one interval) have too, unless they add
+            // up to more than the clock's 2^62 ns: then they outlast it and keep the key
+            // refused, as they should.
+            let interval = 60_000_000_000u64.div_ceil(max);
+            let recorded = 5 * u128::from(u32::MAX) * u128::from(interval);
+            let outlasting = algorithm == Algorithm::Gcra && recorded > 1 << 62;
+            assert_eq!(limiter.check(&1).is_allowed(), !outlasting, "{algorithm:?} {max}");
         }
     }
 }
 
-/// The `tower` layer's `RateLimit-Policy` field states a window near `Duration::MAX` in
-/// whole seconds, saturating (rounding it up used to overflow: a panic in debug builds, and
-/// `w=0` in release builds).
+/// The `tower` layer's `RateLimit-Policy` field states the longest window allowed in whole
+/// seconds (rounding a window near `Duration::MAX` up used to overflow, before such windows
+/// were refused: a panic in debug builds, and `w=0` in release builds).
 #[cfg(feature = "tower")]
 #[tokio::test]
 async fn the_layer_states_a_window_near_duration_max() {
     use axum::http::{Request, Response};
     use tower::{Layer, ServiceExt};
 
-    let window = Duration::new(u64::MAX, 999_000_000);
+    let window = slidegate::MAX_WINDOW;
     let limiter = Limiter::<IpAddr>::builder()
         .limit(Limit::new(5, window).precision(window))
         .clock(ManualClock::new())
@@ -832,7 +841,7 @@ async fn the_layer_states_a_window_near_duration_max() {
     let mut request = Request::new(());
     request.extensions_mut().insert(std::net::SocketAddr::from(([127, 0, 0, 1], 9)));
     let response = service.oneshot(request).await.unwrap();
-    assert_eq!(response.headers()["ratelimit-policy"], "\"huge\";q=5;w=18446744073709551615");
+    assert_eq!(response.headers()["ratelimit-policy"], "\"huge\";q=5;w=3153600000");
 }
 
 /// A stand-in for memcached on loopback: every `get` is answered with `reply(its first
@@ -869,7 +878,7 @@ async fn fake_memcached(reply: fn(&str) -> String) -> String {
 /// What a memcached server sends is input too: a counter at `u64::MAX` is refused (adding
 /// the cost to it overflowed), a value longer than any item is an error that the fallback
 /// answers (its length plus 2 overflowed, or sized a huge allocation), and a window of
-/// about `u64::MAX` ms saturates in the counters' TTL and in `retry_after` (both overflowed).
+/// `MAX_WINDOW` (100 years) saturates in the counters' TTL and in `retry_after` (both overflowed).
 #[cfg(feature = "memcached")]
 #[tokio::test]
 async fn memcached_replies_and_windows_out_of_range() {
@@ -878,7 +887,7 @@ async fn memcached_replies_and_windows_out_of_range() {
     let full = fake_memcached(|key| format!("VALUE {key} 0 20\r\n{}\r\nEND\r\n", u64::MAX)).await;
     let endless = fake_memcached(|key| format!("VALUE {key} 0 {}\r\nX", usize::MAX)).await;
     let empty = fake_memcached(|_| "END\r\n".to_owned()).await;
-    for limit in [Limit::per_minute(10), Limit::new(10, Duration::from_secs(u64::MAX / 1000))] {
+    for limit in [Limit::per_minute(10), Limit::new(10, slidegate::MAX_WINDOW)] {
         let limiter = |addr: &str| {
             MemcachedLimiter::<u64>::builder()
                 .addr(addr)

@@ -3,6 +3,7 @@
 //! moves it to `max(TAT, now) + cost × interval`, allowed while that stays within `burst`
 //! (= `max × interval`) of `now`. An admission is one CAS; a refusal writes nothing.
 
+use crate::limit::MAX_UNITS;
 use crate::sync::Ordering;
 use crate::window::{set, Counter, KeyState, Rule};
 
@@ -31,8 +32,9 @@ impl View {
 impl Counter for Gcra {
     type View = View;
     type Pin = ();
-    /// The arrival time saturates instead.
-    const MOST: u64 = u64::MAX;
+    /// As a window's slot counts at most this many: one `record` of more moves the TAT no
+    /// further (and a TAT beyond the clock's end saturates anyway).
+    const MOST: u64 = MAX_UNITS;
     #[inline(always)]
     fn pin() {}
     fn words(_: &Rule) -> usize {
