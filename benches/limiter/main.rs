@@ -18,6 +18,7 @@ mod overhead;
 mod single_thread;
 mod sweep;
 mod threads;
+mod uptime;
 #[allow(dead_code)]
 mod workloads;
 
@@ -28,7 +29,8 @@ criterion_group!(
     single_thread::three_limits,
     single_thread::inserts,
     threads::two_threads,
-    sweep::sweep
+    sweep::sweep,
+    uptime::jumps
 );
 #[cfg(all(feature = "tower", feature = "metrics"))]
 criterion_group!(features, overhead::layer, overhead::metrics);
