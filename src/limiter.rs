@@ -1048,6 +1048,7 @@ impl<K: Hash + Eq + Clone> Shared<K> {
         // otherwise hold a copy of millions of keys).
         let mut candidates = Vec::new();
         let mut evicted = 0usize;
+        let mut live = self.live.load(Ordering::Relaxed);
         for shard in self.map.shards() {
             let table = shard.read();
             // SAFETY: the shard's read guard is held for the whole walk, so no insert or
@@ -1069,9 +1070,10 @@ impl<K: Hash + Eq + Clone> Shared<K> {
             if candidates.is_empty() {
                 continue;
             }
+            let mut here = 0usize;
             for key in candidates.drain(..) {
                 match self.map.remove_if(&key, |_, held| held.retire(held.state.policy(), now)) {
-                    Some(_) => evicted = evicted.saturating_add(1),
+                    Some(_) => here = here.saturating_add(1),
                     // Still in use (through a cache, so its copy of `touched` was stale).
                     None => {
                         if let Some(held) = self.map.get(&key) {
@@ -1080,6 +1082,11 @@ impl<K: Hash + Eq + Clone> Shared<K> {
                     }
                 }
             }
+            // Counted free shard by shard: a sweep of a million keys takes a while, and a
+            // full table must not refuse new keys for room already made.
+            // Relaxed: `live` is a counter; the shard locks order the map itself.
+            live = self.live.fetch_sub(here, Ordering::Relaxed).saturating_sub(here);
+            evicted = evicted.saturating_add(here);
             // Memory back after a mass eviction (a key spray swept out): a table at most a
             // quarter full is rebuilt at twice its length, so it stays within 2× of what it
             // holds and must double its keys again before it grows (no shrink-grow cycles
@@ -1092,8 +1099,7 @@ impl<K: Hash + Eq + Clone> Shared<K> {
                 table.shrink_to(len.saturating_mul(2), |(key, _)| hasher.hash_one(key));
             }
         }
-        let live = self.live.fetch_sub(evicted, Ordering::Relaxed);
-        self.metrics.keys(live.saturating_sub(evicted));
+        self.metrics.keys(live);
         self.metrics.evicted(evicted);
         evicted
     }

@@ -77,6 +77,11 @@ pub const MAX_IDENTITIES: usize = 4;
 
 const TOUCHED: usize = 0;
 
+/// How many times a refused check starts over when a racing check moved the key on while
+/// its wait was being worked out (`admissible_at`); after that the wait it reports may be
+/// later than exact, never earlier.
+const STALE_RETRIES: u32 = 2;
+
 #[inline]
 pub(crate) fn pack(slot: u64, count: u64) -> u64 {
     // Truncation to 32 bits is the point: see the module docs on tags.
@@ -537,7 +542,10 @@ pub(crate) trait Counter {
     /// Units the view counts, not capped at `max` (what a policy change carries over).
     fn used(rule: &Rule, view: &Self::View) -> u64;
     /// The earliest time (ns) at which `cost` fits, if nothing else is admitted.
-    fn admissible_at(state: &KeyState, rule: &Rule, view: &Self::View, cost: u64) -> u64;
+    /// `Err` with a later, conservative time if the state moved on since the view and lost
+    /// what the exact answer needs (a racing check reused a ring position): the check then
+    /// starts over, a bounded number of times, before it settles for that time.
+    fn admissible_at(state: &KeyState, rule: &Rule, view: &Self::View, cost: u64) -> Result<u64, u64>;
     /// The slot (of the limit's precision) and ns into it that a commit of `cost` from the
     /// view counts at: `touched` must cover it, so that the key is not expired while the
     /// commit's units count.
@@ -595,7 +603,7 @@ impl Counter for Sliding {
     fn used(rule: &Rule, view: &View) -> u64 {
         view.used(rule)
     }
-    fn admissible_at(state: &KeyState, rule: &Rule, view: &View, cost: u64) -> u64 {
+    fn admissible_at(state: &KeyState, rule: &Rule, view: &View, cost: u64) -> Result<u64, u64> {
         state.admissible_at(rule, view, cost)
     }
     #[inline(always)]
@@ -923,6 +931,7 @@ impl KeyState {
         let states = states.get(..MAX_IDENTITIES).unwrap_or(states);
         let mut views = [A::View::default(); MAX_IDENTITIES * MAX_LIMITS];
         let mut touched = [0u64; MAX_IDENTITIES];
+        let mut retries = STALE_RETRIES;
         'attempt: loop {
             let mut admits = true;
             let each = states.iter().zip(views.chunks_exact_mut(MAX_LIMITS)).zip(touched.iter_mut());
@@ -941,7 +950,10 @@ impl KeyState {
                 }
             }
             if !admits || cost == 0 {
-                return KeyState::decide_many::<A>(states, rank, &views, now, cost, admits);
+                match KeyState::decide_many::<A>(states, rank, &views, now, cost, admits, &mut retries) {
+                    Some(decided) => return decided,
+                    None => continue 'attempt,
+                }
             }
             // The limit (state, index) that lost its room to a racing check, if any.
             let mut lost = None;
@@ -973,7 +985,10 @@ impl KeyState {
                 KeyState::roll_back::<A>(states, &views, (states.len(), 0), cost, Some(lost));
                 return (Outcome::Retired, lost);
             }
-            return KeyState::decide_many::<A>(states, rank, &views, now, cost, true);
+            // Admitted: no wait to compute, so always `Some`. (The units are counted: starting
+            // over would count them twice, so the unreachable fallback admits with no room.)
+            return KeyState::decide_many::<A>(states, rank, &views, now, cost, true, &mut 0)
+                .unwrap_or((Outcome::Decided(Decision::allowed(0, 0)), 0));
         }
     }
 
@@ -1007,25 +1022,26 @@ impl KeyState {
         now: u64,
         cost: u64,
         allowed: bool,
-    ) -> (Outcome, usize) {
-        let decision = |state: &KeyState, views: &[A::View]| {
+        retries: &mut u32,
+    ) -> Option<(Outcome, usize)> {
+        let mut decision = |state: &KeyState, views: &[A::View]| {
             let policy = &state.policy;
             let admits = policy.rules.iter().zip(views).all(|(r, v)| A::admits(r, v, cost));
-            let d = state.decide::<A>(policy, views, now, cost, allowed || admits);
+            let d = state.decide::<A>(policy, views, now, cost, allowed || admits, retries)?;
             // A refusal reports the room before any cost, as for several limits of one key.
             let room = if allowed || !admits {
                 d.remaining()
             } else {
-                state.decide::<A>(policy, views, now, 0, true).remaining()
+                KeyState::admitted::<A>(policy, views, 0).remaining()
             };
-            (d, room)
+            Some((d, room))
         };
         // The chosen state, its rank and its decision.
         let mut best: Option<(usize, usize, Decision)> = None;
         let mut least = u64::MAX;
         let each = states.iter().zip(views.chunks_exact(MAX_LIMITS)).zip(rank);
         for (s, ((state, views), &r)) in each.enumerate() {
-            let (d, room) = decision(state, views);
+            let (d, room) = decision(state, views)?;
             least = least.min(room);
             let better = match best {
                 None => allowed || !d.is_allowed(),
@@ -1042,7 +1058,7 @@ impl KeyState {
                 best = Some((s, r, d));
             }
         }
-        match best {
+        Some(match best {
             Some((s, _, d)) if allowed => (Outcome::Decided(d), s),
             // A refusal reports the least room of any state, as several limits do.
             Some((s, _, d)) => (Outcome::Decided(d.with_remaining(least)), s),
@@ -1050,7 +1066,7 @@ impl KeyState {
                 states.first().map_or(Outcome::Retired, |state| Outcome::Decided(state.policy.fresh(cost))),
                 0,
             ),
-        }
+        })
     }
 
     /// Counts `cost` in every limit without checking (units admitted elsewhere); the
@@ -1131,6 +1147,7 @@ impl KeyState {
         cost: u64,
         commit: bool,
     ) -> Outcome {
+        let mut retries = STALE_RETRIES;
         loop {
             let (touched, expired) = match self.begin(policy, now, cost, commit) {
                 Ok(begun) => begun,
@@ -1142,7 +1159,10 @@ impl KeyState {
             }
             let admits = A::admits(rule, &view, cost);
             if !admits || !commit || cost == 0 {
-                return Outcome::Decided(self.decide::<A>(policy, &[view], now, cost, admits));
+                match self.decide::<A>(policy, &[view], now, cost, admits, &mut retries) {
+                    Some(decision) => return Outcome::Decided(decision),
+                    None => continue,
+                }
             }
             if A::commit(self, rule, &view, cost) {
                 self.touch::<A>(touched, now, cost, [(rule, &view)]);
@@ -1186,6 +1206,7 @@ impl KeyState {
     fn check_all<A: Counter>(&self, policy: &Policy, now: u64, cost: u64, commit: bool) -> Outcome {
         let rules = &policy.rules[..];
         let mut views = [A::View::default(); MAX_LIMITS];
+        let mut retries = STALE_RETRIES;
         'attempt: loop {
             let (touched, expired) = match self.begin(policy, now, cost, commit) {
                 Ok(begun) => begun,
@@ -1200,7 +1221,10 @@ impl KeyState {
                 admits &= A::admits(rule, view, cost);
             }
             if !admits || !commit || cost == 0 {
-                return Outcome::Decided(self.decide::<A>(policy, &views, now, cost, admits));
+                match self.decide::<A>(policy, &views, now, cost, admits, &mut retries) {
+                    Some(decision) => return Outcome::Decided(decision),
+                    None => continue 'attempt,
+                }
             }
             for (j, rule) in rules.iter().enumerate() {
                 loop {
@@ -1225,7 +1249,7 @@ impl KeyState {
             if self.lost_to_retirement() {
                 return Outcome::Retired;
             }
-            return Outcome::Decided(self.decide::<A>(policy, &views, now, cost, true));
+            return Outcome::Decided(KeyState::admitted::<A>(policy, &views, cost));
         }
     }
 
@@ -1384,20 +1408,21 @@ impl KeyState {
         }
     }
 
-    /// Units in slot `i` as `view` sees it (for retry times; a racing newer slot reads as 0).
-    fn units_in(&self, rule: &Rule, view: &View, i: u64) -> u64 {
+    /// Units in slot `i` as `view` sees it (for retry times), or `None` if a racing check has
+    /// moved the key on and reused the slot's ring position since the view was taken.
+    fn units_in(&self, rule: &Rule, view: &View, i: u64) -> Option<u64> {
         if view.expired || i > view.slot {
-            return 0;
+            return Some(0);
         }
         if i == view.slot {
-            return view.current;
+            return Some(view.current);
         }
         match view.closing() {
-            Some((closed, units)) if i == closed => units,
-            Some((closed, _)) if i > closed => 0,
+            Some((closed, units)) if i == closed => Some(units),
+            Some((closed, _)) if i > closed => Some(0),
             _ => match self.hist(rule, i) {
-                Hist::Count(units) => units,
-                Hist::Newer(_) => 0,
+                Hist::Count(units) => Some(units),
+                Hist::Newer(_) => None,
             },
         }
     }
@@ -1466,6 +1491,9 @@ impl KeyState {
         }
     }
 
+    /// The decision from the views: admitted (`allowed`), or refused by the limit that frees
+    /// up last. `None` if a refusal's wait cannot be answered exactly from these views (see
+    /// [`Counter::admissible_at`]) and `retries` are left: the check starts over.
     fn decide<A: Counter>(
         &self,
         policy: &Policy,
@@ -1473,34 +1501,74 @@ impl KeyState {
         now: u64,
         cost: u64,
         allowed: bool,
-    ) -> Decision {
-        let rules = policy.rules.iter().zip(views.iter());
+        retries: &mut u32,
+    ) -> Option<Decision> {
         if allowed {
-            let (tightest, remaining) = rules
-                .map(|(rule, view)| A::room(rule, view, cost))
-                .enumerate()
-                .min_by_key(|&(_, room)| room)
-                .unwrap_or((0, 0));
-            return Decision::allowed(remaining, tightest);
+            return Some(KeyState::admitted::<A>(policy, views, cost));
         }
+        let rules = policy.rules.iter().zip(views.iter());
         let remaining = rules.clone().map(|(rule, view)| A::room(rule, view, 0)).min().unwrap_or(0);
-        let (limit, at) = rules
+        // The limit that frees up last; the first such on a tie.
+        let mut refusing: Option<(usize, u64)> = None;
+        for (j, (rule, view)) in rules.enumerate() {
+            if !A::admits(rule, view, cost) {
+                let at = match A::admissible_at(self, rule, view, cost) {
+                    Ok(at) => at,
+                    Err(_) if *retries > 0 => {
+                        *retries = retries.saturating_sub(1);
+                        return None;
+                    }
+                    Err(later) => later,
+                };
+                if refusing.map_or(true, |(_, latest)| at > latest) {
+                    refusing = Some((j, at));
+                }
+            }
+        }
+        let (limit, at) = refusing.unwrap_or((0, now));
+        Some(Decision::limited(limit, remaining, at.saturating_sub(now)))
+    }
+
+    /// The decision for an admission: the room left in the tightest limit.
+    fn admitted<A: Counter>(policy: &Policy, views: &[A::View], cost: u64) -> Decision {
+        let (tightest, remaining) = policy
+            .rules
+            .iter()
+            .zip(views.iter())
+            .map(|(rule, view)| A::room(rule, view, cost))
             .enumerate()
-            .filter(|(_, (rule, view))| !A::admits(rule, view, cost))
-            .map(|(j, (rule, view))| (j, A::admissible_at(self, rule, view, cost)))
-            .max_by_key(|&(j, at)| (at, std::cmp::Reverse(j)))
-            .unwrap_or((0, now));
-        Decision::limited(limit, remaining, at.saturating_sub(now))
+            .min_by_key(|&(_, room)| room)
+            .unwrap_or((0, 0));
+        Decision::allowed(remaining, tightest)
     }
 
     /// The earliest time (ns) at which `cost` more units fit this limit if nothing else is
     /// admitted: the window slides forward slot by slot; within a slot the interpolated
     /// count falls linearly, so the crossing point is solved exactly (rounded up to the ns).
+    ///
+    /// The walk re-reads the ring after the view. If a racing check has moved the key on
+    /// meanwhile and reused a position the walk needs, that slot's count is gone: read as
+    /// empty, it can keep the window from draining (a wait up to a whole window too long,
+    /// never too short), so the answer is an `Err` and the check starts over from fresh
+    /// views. It is not retried for ever: the racing check may be preempted in the middle of
+    /// its move (ring written, `cur` not yet), and a check must not wait for another.
+    fn admissible_at(&self, rule: &Rule, view: &View, cost: u64) -> Result<u64, u64> {
+        let mut lost = false;
+        let at = self.admissible_walk(rule, view, cost, &mut lost);
+        if lost {
+            Err(at)
+        } else {
+            Ok(at)
+        }
+    }
+
+    /// The walk of [`admissible_at`](Self::admissible_at); sets `lost` if it met a reused
+    /// ring position.
     #[allow(
         clippy::arithmetic_side_effects,
         reason = "slots and counts below 2⁴⁵, slots at least ring (module docs); u64 × u64 fits u128"
     )]
-    fn admissible_at(&self, rule: &Rule, view: &View, cost: u64) -> u64 {
+    fn admissible_walk(&self, rule: &Rule, view: &View, cost: u64, lost: &mut bool) -> u64 {
         let room = rule.max.saturating_sub(cost);
         let p = u128::from(rule.precision);
         let mut whole = view.current + view.full;
@@ -1526,10 +1594,14 @@ impl KeyState {
                     if tag_of(word) == i as u32 {
                         count_of(word)
                     } else {
+                        *lost = true;
                         0
                     }
                 } else {
-                    self.units_in(rule, view, i)
+                    self.units_in(rule, view, i).unwrap_or_else(|| {
+                        *lost = true;
+                        0
+                    })
                 };
                 position = if position + 1 == rule.ring { 0 } else { position + 1 };
                 whole = whole.saturating_sub(leaving);

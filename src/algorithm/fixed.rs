@@ -86,13 +86,13 @@ impl Counter for Fixed {
         view.current
     }
     #[allow(clippy::arithmetic_side_effects, reason = "a 32-bit count plus a cost ≤ max; a slot below 2⁴⁵")]
-    fn admissible_at(_: &KeyState, rule: &Rule, view: &View, cost: u64) -> u64 {
-        if view.current + cost <= rule.max {
+    fn admissible_at(_: &KeyState, rule: &Rule, view: &View, cost: u64) -> Result<u64, u64> {
+        Ok(if view.current + cost <= rule.max {
             rule.time_of(view.slot, view.elapsed)
         } else {
             // `cost` never exceeds `max`: the next window takes it.
             rule.time_of(view.slot + 1, 0)
-        }
+        })
     }
     #[inline(always)]
     fn at(_: &Rule, view: &View, _: u64) -> (u64, u64) {

@@ -102,9 +102,9 @@ impl Counter for Gcra {
     fn used(rule: &Rule, view: &View) -> u64 {
         view.lag.div_ceil(rule.interval)
     }
-    fn admissible_at(_: &KeyState, rule: &Rule, view: &View, cost: u64) -> u64 {
+    fn admissible_at(_: &KeyState, rule: &Rule, view: &View, cost: u64) -> Result<u64, u64> {
         // The first `t` with `after − t ≤ burst`.
-        view.after(rule, cost).saturating_sub(rule.burst).max(view.now)
+        Ok(view.after(rule, cost).saturating_sub(rule.burst).max(view.now))
     }
     /// Normally `now`. A TAT more than a burst ahead (units recorded or carried over beyond
     /// `max`) counts until it is within a burst of the clock: `touched` then covers that

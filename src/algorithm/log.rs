@@ -262,17 +262,17 @@ impl Counter for Log {
     fn used(_: &Rule, view: &View) -> u64 {
         view.in_window()
     }
-    fn admissible_at(_: &KeyState, rule: &Rule, view: &View, cost: u64) -> u64 {
+    fn admissible_at(_: &KeyState, rule: &Rule, view: &View, cost: u64) -> Result<u64, u64> {
         let excess = view.in_window().saturating_add(cost).saturating_sub(rule.max) as usize;
         if excess == 0 || view.seen == EMPTY {
-            return view.stamp;
+            return Ok(view.stamp);
         }
         // SAFETY: `view.seen` was loaded in `view` under the pin this check still holds.
         let entries = unsafe { entries(view.seen) };
         // `cost` fits once the `excess` oldest units in the window have left it.
         #[allow(clippy::arithmetic_side_effects, reason = "excess ≥ 1 (returned above), first ≤ len")]
         let oldest = view.first + excess - 1;
-        entries.get(oldest).map_or(view.stamp, |t| t.saturating_add(rule.window))
+        Ok(entries.get(oldest).map_or(view.stamp, |t| t.saturating_add(rule.window)))
     }
     fn at(_: &Rule, view: &View, _: u64) -> (u64, u64) {
         (view.slot, view.elapsed)
