@@ -23,8 +23,10 @@ use slidegate::{Algorithm, ConfigError, Denial, Limit, Limiter, ManualClock, MAX
 mod support {
     pub mod race;
     pub mod rng;
+    pub mod variant;
 }
 use support::race::{admission_brackets, assert_one_sequence, race};
+use support::variant::{Variant, VARIANTS};
 
 const ROUNDS: u64 = 30;
 
@@ -34,38 +36,6 @@ const ALGORITHMS: [Algorithm; 4] =
     [Algorithm::SlidingWindow, Algorithm::FixedWindow, Algorithm::SlidingLog, Algorithm::Gcra];
 
 /// An algorithm, with the sliding window in both its accuracies.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Variant {
-    Interpolated,
-    Strict,
-    Fixed,
-    Log,
-    Gcra,
-}
-
-const VARIANTS: [Variant; 5] =
-    [Variant::Interpolated, Variant::Strict, Variant::Fixed, Variant::Log, Variant::Gcra];
-
-impl Variant {
-    fn algorithm(self) -> Algorithm {
-        match self {
-            Variant::Interpolated | Variant::Strict => Algorithm::SlidingWindow,
-            Variant::Fixed => Algorithm::FixedWindow,
-            Variant::Log => Algorithm::SlidingLog,
-            Variant::Gcra => Algorithm::Gcra,
-        }
-    }
-
-    /// `limit` as this variant runs it (strict for [`Variant::Strict`]).
-    fn limit(self, limit: Limit) -> Limit {
-        if self == Variant::Strict {
-            limit.strict()
-        } else {
-            limit
-        }
-    }
-}
-
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }

@@ -24,13 +24,15 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Barrier;
 use std::time::Duration;
 
-use slidegate::{Algorithm, ConfigError, Decision, Denial, Limit, Limiter, ManualClock, MAX_WINDOW};
+use slidegate::{ConfigError, Decision, Denial, Limit, Limiter, ManualClock, MAX_WINDOW};
 
 #[allow(dead_code)]
 mod support {
     pub mod rng;
+    pub mod variant;
 }
 use support::rng::Rng;
+use support::variant::{Variant, VARIANTS};
 
 const US: u64 = 1_000;
 const MS: u64 = 1_000_000;
@@ -46,38 +48,13 @@ const TAG: u64 = 1 << 32;
 const END_OF_TIME: u64 = 1 << 62;
 
 /// An algorithm, with the sliding window in both its accuracies.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Variant {
-    Interpolated,
-    Strict,
-    Fixed,
-    Log,
-    Gcra,
-}
-
-const VARIANTS: [Variant; 5] =
-    [Variant::Interpolated, Variant::Strict, Variant::Fixed, Variant::Log, Variant::Gcra];
-
 impl Variant {
-    fn algorithm(self) -> Algorithm {
-        match self {
-            Variant::Interpolated | Variant::Strict => Algorithm::SlidingWindow,
-            Variant::Fixed => Algorithm::FixedWindow,
-            Variant::Log => Algorithm::SlidingLog,
-            Variant::Gcra => Algorithm::Gcra,
-        }
-    }
-
     fn limits(self, texts: &[&str]) -> Vec<Limit> {
         texts
             .iter()
             .map(|text| {
                 let limit: Limit = text.parse().unwrap_or_else(|e| panic!("{text}: {e}"));
-                if self == Variant::Strict {
-                    limit.strict()
-                } else {
-                    limit
-                }
+                self.limit(limit)
             })
             .collect()
     }
