@@ -7,323 +7,37 @@
 //! same request, sweeps must evict only empty keys and change no decision, and the log of
 //! admitted units must respect the accuracy bound of each limit (strict: at most `max` in
 //! any interval of one window; interpolated: less than `2 × max`).
+//!
+//! The model and the harness that runs a case live in `support/model.rs` (shared with the
+//! fuzz target `fuzz/fuzz_targets/model_ops.rs`); this file draws the cases. The
+//! `proptest!` block stays here: its failure persistence is `tests/model.regressions`,
+//! next to this file.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::{FileFailurePersistence, TestCaseError};
-use slidegate::{Accuracy, Algorithm, Carry, Decision, Denial, Limit, Limiter, ManualClock, PolicyConfig};
+use slidegate::{Algorithm, Limit};
 
-const ALGORITHMS: [Algorithm; 4] =
-    [Algorithm::SlidingWindow, Algorithm::FixedWindow, Algorithm::SlidingLog, Algorithm::Gcra];
+#[allow(dead_code)]
+mod support {
+    pub mod model;
+}
+use support::model::{
+    densest, wrap_points, Op, Rule, ALGORITHMS, FINE_LIMITS, LIMITS, MAX_TIME, NS_PER_MS, NS_PER_S,
+};
 
-const NS_PER_MS: u64 = 1_000_000;
-const NS_PER_S: u64 = 1_000_000_000;
-
-/// The small limits the cases draw from (each also in a strict variant).
-const LIMITS: [&str; 5] = ["3/s", "5/2s@500ms", "10/s@100ms", "7/min@10s", "4/3s@1s"];
-
-/// One limit in nanoseconds.
-#[derive(Debug, Clone, Copy)]
-struct Rule {
-    max: u64,
-    window: u64,
-    /// Slot length (precision).
-    p: u64,
-    /// Slots per window.
-    n: u64,
-    strict: bool,
+/// [`support::model::run`], its mismatch as a proptest failure.
+fn run(
     algorithm: Algorithm,
-    /// GCRA: ns per unit (`window / max` rounded up) and the tolerance `max × interval`.
-    interval: u64,
-    burst: u64,
-}
-
-impl Rule {
-    fn of(limit: &Limit, algorithm: Algorithm) -> Rule {
-        let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap();
-        let window = ns(limit.window());
-        let interval = window.div_ceil(limit.max());
-        let p = if algorithm == Algorithm::FixedWindow { window } else { ns(limit.get_precision()) };
-        Rule {
-            max: limit.max(),
-            window,
-            p,
-            n: limit.slots(),
-            strict: limit.accuracy() == Accuracy::Strict,
-            algorithm,
-            interval,
-            burst: interval * limit.max(),
-        }
-    }
-
-    /// How long after the start of its slot a unit may still count (the limiter's expiry).
-    fn expiry(&self) -> u64 {
-        let held = if self.algorithm == Algorithm::Gcra { self.burst } else { self.window };
-        held + self.p
-    }
-
-    /// The scale of [`scaled`](Self::scaled): `p` for the interpolated window, else 1.
-    fn scale(&self) -> u128 {
-        if self.algorithm == Algorithm::SlidingWindow {
-            u128::from(self.p)
-        } else {
-            1
-        }
-    }
-
-    /// GCRA's theoretical arrival time after the log, and after `cost` more at `t`.
-    fn tat(&self, log: &[(u64, u64)], t: u64, cost: u64) -> u64 {
-        let tat = log.iter().fold(0, |tat: u64, &(at, c)| tat.max(at) + c * self.interval);
-        tat.max(t) + cost * self.interval
-    }
-
-    /// What the limit counts at `t`, times [`scale`](Self::scale) (GCRA: ns of backlog).
-    fn scaled(&self, log: &[(u64, u64)], t: u64) -> u128 {
-        match self.algorithm {
-            Algorithm::SlidingWindow => self.sliding(log, t),
-            Algorithm::FixedWindow => log
-                .iter()
-                .filter(|&&(at, _)| at / self.window == t / self.window)
-                .map(|&(_, c)| u128::from(c))
-                .sum(),
-            Algorithm::SlidingLog => {
-                log.iter().filter(|&&(at, _)| at + self.window > t).map(|&(_, c)| u128::from(c)).sum()
-            }
-            Algorithm::Gcra => u128::from(self.tat(log, t, 0) - t),
-        }
-    }
-
-    /// The sliding window's count at `t`, times `p`: slots `k-n+1 ..= k` whole, slot `k-n`
-    /// whole (strict) or weighted by `(p - e) / p` (interpolated), where `k = t / p`,
-    /// `e = t % p`.
-    fn sliding(&self, log: &[(u64, u64)], t: u64) -> u128 {
-        let (k, e) = (t / self.p, t % self.p);
-        let (mut whole, mut oldest) = (0u128, 0u128);
-        for &(at, cost) in log {
-            let slot = at / self.p;
-            assert!(at <= t, "the model looks at the past only");
-            if slot + self.n > k {
-                whole += u128::from(cost);
-            } else if slot + self.n == k {
-                oldest += u128::from(cost);
-            }
-        }
-        let weight = if self.strict { self.p } else { self.p - e };
-        whole * u128::from(self.p) + oldest * u128::from(weight)
-    }
-
-    fn admits(&self, log: &[(u64, u64)], t: u64, cost: u64) -> bool {
-        if self.algorithm == Algorithm::Gcra {
-            return self.tat(log, t, cost) - t <= self.burst;
-        }
-        let p = self.scale();
-        self.scaled(log, t) + u128::from(cost) * p <= u128::from(self.max) * p
-    }
-
-    /// Whole units still free at `t` after `cost` more, rounded down.
-    fn room(&self, log: &[(u64, u64)], t: u64, cost: u64) -> u64 {
-        if self.algorithm == Algorithm::Gcra {
-            return self.burst.saturating_sub(self.tat(log, t, cost) - t) / self.interval;
-        }
-        let p = self.scale();
-        let free = (u128::from(self.max) * p).saturating_sub(self.scaled(log, t) + u128::from(cost) * p);
-        u64::try_from(free / p).unwrap()
-    }
-
-    /// The earliest time >= `now` at which `cost` fits, if no other traffic comes: found by
-    /// bisection (the count never rises without traffic), not by a formula.
-    fn earliest(&self, log: &[(u64, u64)], now: u64, cost: u64) -> u64 {
-        if self.admits(log, now, cost) {
-            return now;
-        }
-        // Every logged unit is at most `now`, so two windows and two slots (and a GCRA
-        // burst) later none counts.
-        let (mut refused, mut admitted) = (now, now + 2 * self.window + 2 * self.p + self.burst);
-        assert!(self.admits(log, admitted, cost));
-        while admitted - refused > 1 {
-            let mid = refused + (admitted - refused) / 2;
-            if self.admits(log, mid, cost) {
-                admitted = mid;
-            } else {
-                refused = mid;
-            }
-        }
-        admitted
-    }
-}
-
-/// What the model knows about whether the limiter holds a key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Held {
-    No,
-    Yes,
-    /// A sweep may or may not have evicted it (its windows were empty).
-    Maybe,
-}
-
-#[derive(Debug)]
-struct KeyModel {
-    /// The key's policy: its override, else the resolver's (key index modulo the tiers).
-    tier: usize,
-    overridden: bool,
-    /// Admitted `(time, cost)` since the key was last reset.
-    log: Vec<(u64, u64)>,
-    /// The logs of earlier lives of the key, before a `reset`.
-    earlier: Vec<Vec<(u64, u64)>>,
-    held: Held,
-}
-
-/// What the model expects a decision to be.
-#[derive(Debug, PartialEq, Eq)]
-struct Expected {
-    denial: Option<Denial>,
-    remaining: u64,
-    tightest: usize,
-    retry_after: Option<Duration>,
-}
-
-impl Expected {
-    fn of(d: &Decision) -> Expected {
-        Expected {
-            denial: d.denial(),
-            remaining: d.remaining(),
-            tightest: d.tightest_limit(),
-            retry_after: d.retry_after(),
-        }
-    }
-}
-
-struct Model {
-    /// Each policy's rules (one policy unless the case draws tiers).
-    tiers: Vec<Vec<Rule>>,
-    now: u64,
-    /// Idle for longer than this, a key's windows are all empty.
-    expiry: u64,
-    keys: Vec<KeyModel>,
-}
-
-impl Model {
-    fn new(tiers: Vec<Vec<Rule>>, keys: usize) -> Model {
-        let expiry = tiers.iter().flatten().map(Rule::expiry).max().unwrap();
-        let keys = (0..keys)
-            .map(|key| KeyModel {
-                tier: key % tiers.len(),
-                overridden: false,
-                log: Vec::new(),
-                earlier: Vec::new(),
-                held: Held::No,
-            })
-            .collect();
-        Model { tiers, now: 0, expiry, keys }
-    }
-
-    fn rules(&self, key: usize) -> &[Rule] {
-        &self.tiers[self.keys[key].tier]
-    }
-
-    fn admits_all(&self, key: usize, t: u64, cost: u64) -> bool {
-        self.rules(key).iter().all(|r| r.admits(&self.keys[key].log, t, cost))
-    }
-
-    /// Minimum room over the limits, and the first limit with it.
-    fn tightest(&self, key: usize, cost: u64) -> (usize, u64) {
-        let log = &self.keys[key].log;
-        let rooms = self.rules(key).iter().map(|r| r.room(log, self.now, cost));
-        let mut best = (0, u64::MAX);
-        for (i, room) in rooms.enumerate() {
-            if room < best.1 {
-                best = (i, room);
-            }
-        }
-        best
-    }
-
-    /// The decision for a request of `cost` on `key` now; with `commit`, an admitted request
-    /// is logged.
-    fn decide(&mut self, key: usize, cost: u64, commit: bool) -> Expected {
-        if let Some(i) = self.rules(key).iter().position(|r| cost > r.max) {
-            let (_, remaining) = self.tightest(key, 0);
-            return Expected {
-                denial: Some(Denial::CostTooLarge(i)),
-                remaining,
-                tightest: i,
-                retry_after: None,
-            };
-        }
-        if self.admits_all(key, self.now, cost) {
-            let (tightest, remaining) = self.tightest(key, cost);
-            if commit && cost > 0 {
-                self.keys[key].log.push((self.now, cost));
-                self.keys[key].held = Held::Yes;
-            }
-            return Expected { denial: None, remaining, tightest, retry_after: None };
-        }
-        let log = &self.keys[key].log;
-        let mut refusing = None::<(usize, u64)>;
-        for (j, rule) in self.rules(key).iter().enumerate() {
-            if !rule.admits(log, self.now, cost) {
-                let at = rule.earliest(log, self.now, cost);
-                if refusing.map_or(true, |(_, latest)| at > latest) {
-                    refusing = Some((j, at));
-                }
-            }
-        }
-        let (j, at) = refusing.unwrap();
-        let (_, remaining) = self.tightest(key, 0);
-        Expected {
-            denial: Some(Denial::Limit(j)),
-            remaining,
-            tightest: j,
-            retry_after: Some(Duration::from_nanos(at - self.now)),
-        }
-    }
-
-    fn empty(&self, key: usize) -> bool {
-        self.rules(key).iter().all(|r| r.scaled(&self.keys[key].log, self.now) == 0)
-    }
-
-    fn idle(&self, key: usize) -> Option<u64> {
-        self.keys[key].log.last().map(|&(at, _)| self.now - at)
-    }
-}
-
-#[derive(Debug, Clone)]
-enum Op {
-    /// Move the clock forward by this many ns.
-    Advance(u64),
-    /// Move the clock to the next multiple of `unit` ns, plus `offset` ns.
-    Align {
-        unit: u64,
-        offset: i8,
-    },
-    /// `check_n(key, cost)`, `times` times in a row.
-    Check {
-        key: usize,
-        cost: u64,
-        times: u8,
-    },
-    Peek {
-        key: usize,
-    },
-    Reset {
-        key: usize,
-    },
-    Sweep,
-    /// `set_policy(key, tier)`, `clear_policy(key)`, and a new `max` for every limit of a
-    /// tier (`+ bump`, or `- 1` for a bump of 0), through `update_policy`.
-    SetPolicy {
-        key: usize,
-        tier: usize,
-    },
-    ClearPolicy {
-        key: usize,
-    },
-    UpdateMax {
-        tier: usize,
-        bump: u64,
-    },
+    limits: &[Limit],
+    tiers: bool,
+    keys: usize,
+    ops: &[Op],
+    start: u64,
+) -> Result<(), TestCaseError> {
+    support::model::run(algorithm, limits, tiers, keys, ops, start).map_err(TestCaseError::fail)
 }
 
 fn advance() -> impl Strategy<Value = u64> {
@@ -376,256 +90,62 @@ fn limits() -> impl Strategy<Value = Vec<Limit>> {
     })
 }
 
-/// Compares one decision with the model's, including the `retry_after` property.
-fn compare(
-    model: &Model,
-    key: usize,
-    cost: u64,
-    got: &Decision,
-    want: &Expected,
-    what: &str,
-) -> Result<(), TestCaseError> {
-    let now = model.now;
-    prop_assert_eq!(&Expected::of(got), want, "{} key {} cost {} at {} ns", what, key, cost, now);
-    prop_assert_eq!(got.is_allowed(), want.denial.is_none());
-    if let Some(wait) = got.retry_after() {
-        // The earliest moment the model admits the same request, to the nanosecond.
-        let wait = u64::try_from(wait.as_nanos()).unwrap();
-        prop_assert!(wait > 0, "{} key {} cost {} at {}: refused with retry_after 0", what, key, cost, now);
-        prop_assert!(
-            model.admits_all(key, now + wait, cost),
-            "{} at {}: not admitted after {} ns",
-            what,
-            now,
-            wait
-        );
-        prop_assert!(
-            !model.admits_all(key, now + wait - 1, cost),
-            "{} at {}: already admitted after {} - 1 ns",
-            what,
-            now,
-            wait
-        );
-    }
-    Ok(())
+/// [`limits`], drawn from the fine-slotted limits too.
+fn uptime_limits() -> impl Strategy<Value = Vec<Limit>> {
+    let table: Vec<&str> = LIMITS.iter().chain(&FINE_LIMITS).copied().collect();
+    prop::collection::vec((prop::sample::select(table), any::<bool>()), 1..=3).prop_map(|picked| {
+        picked
+            .into_iter()
+            .map(|(text, strict)| {
+                let text = if strict { format!("{text} strict") } else { text.to_owned() };
+                text.parse().unwrap()
+            })
+            .collect()
+    })
 }
 
-/// `limit` with another `max` (same window, precision and accuracy).
-fn with_max(limit: &Limit, max: u64) -> Limit {
-    let same = Limit::new(max, limit.window()).precision(limit.get_precision());
-    if limit.accuracy() == Accuracy::Strict {
-        same.strict()
-    } else {
-        same
+/// Where a long-uptime case starts: a little before one of the case's [`wrap_points`]
+/// (picked by the index), or anywhere up to 2⁶².
+#[derive(Debug, Clone)]
+enum Start {
+    BeforeWrap(prop::sample::Index, u64),
+    Anywhere(u64),
+}
+
+impl Start {
+    fn at(&self, limits: &[Limit], algorithm: Algorithm) -> u64 {
+        match self {
+            Start::BeforeWrap(pick, before) => {
+                let points = wrap_points(limits, algorithm);
+                pick.get(&points).saturating_sub(*before)
+            }
+            Start::Anywhere(at) => *at,
+        }
     }
 }
 
-const TIERS: [&str; 3] = ["t0", "t1", "t2"];
-
-/// One policy of `limits` (through `.limit()`), or with `tiers`, three policies that differ
-/// from `limits` in `max` only, chosen per key by a resolver (key modulo 3).
-fn run(
-    algorithm: Algorithm,
-    limits: &[Limit],
-    tiers: bool,
-    keys: usize,
-    ops: &[Op],
-) -> Result<(), TestCaseError> {
-    let clock = ManualClock::new();
-    let mut builder = Limiter::<u64>::builder().clock(clock.clone()).algorithm(algorithm);
-    let mut tier_limits = vec![limits.to_vec()];
-    if tiers {
-        tier_limits.push(limits.iter().map(|l| with_max(l, l.max() + 3)).collect());
-        tier_limits.push(limits.iter().map(|l| with_max(l, (l.max() - 1).max(1))).collect());
-        for (name, limits) in TIERS.iter().zip(&tier_limits) {
-            builder = builder.policy(name, PolicyConfig::new(limits.iter().copied()));
-        }
-        builder = builder.resolver(|key: &u64| Some(TIERS[*key as usize % TIERS.len()]));
-    } else {
-        for limit in limits {
-            builder = builder.limit(*limit);
-        }
-    }
-    let limiter = builder.build().unwrap();
-    prop_assert_eq!(&limiter.limits(), &limits);
-    let rules = |limits: &[Limit]| limits.iter().map(|l| Rule::of(l, algorithm)).collect::<Vec<_>>();
-    let mut model = Model::new(tier_limits.iter().map(|l| rules(l)).collect(), keys);
-
-    for (step, op) in ops.iter().enumerate() {
-        match *op {
-            Op::Advance(by) => {
-                clock.advance(Duration::from_nanos(by));
-                model.now += by;
-            }
-            Op::Align { unit, offset } => {
-                let target = (model.now / unit + 1) * unit;
-                let target = target.saturating_add_signed(i64::from(offset));
-                if target > model.now {
-                    clock.set(Duration::from_nanos(target));
-                    model.now = target;
-                }
-            }
-            Op::Check { key, cost, times } => {
-                let key = key % keys;
-                for _ in 0..times {
-                    let got = limiter.check_n(&(key as u64), cost);
-                    let want = model.decide(key, cost, true);
-                    compare(&model, key, cost, &got, &want, &format!("step {step} check"))?;
-                }
-            }
-            Op::Peek { key } => {
-                let key = key % keys;
-                let got = limiter.peek(&(key as u64));
-                let want = model.decide(key, 1, false);
-                compare(&model, key, 1, &got, &want, &format!("step {step} peek"))?;
-            }
-            Op::Reset { key } => {
-                let key = key % keys;
-                let held = limiter.reset(&(key as u64));
-                let k = &mut model.keys[key];
-                match k.held {
-                    Held::Yes => prop_assert!(held, "step {}: reset of a held key {} said false", step, key),
-                    Held::No => {
-                        prop_assert!(!held, "step {}: reset of an absent key {} said true", step, key)
-                    }
-                    Held::Maybe => {}
-                }
-                let log = std::mem::take(&mut k.log);
-                if !log.is_empty() {
-                    k.earlier.push(log);
-                }
-                k.held = Held::No;
-            }
-            Op::Sweep => {
-                let before = limiter.len();
-                // `must`: held for sure and idle for longer than the longest window plus one
-                // of its slots (README), so the windows are empty and the key is evicted.
-                // `may`: possibly held and every window empty. Nothing else may go.
-                let (mut must, mut may, mut idle) = (Vec::new(), Vec::new(), Vec::new());
-                for key in 0..keys {
-                    let held = model.keys[key].held;
-                    if held == Held::No {
-                        continue;
-                    }
-                    let empty = model.empty(key);
-                    let long_idle = model.idle(key).is_some_and(|idle| idle > model.expiry);
-                    prop_assert!(!long_idle || empty, "model: idle key {} not empty", key);
-                    if long_idle {
-                        idle.push(key);
-                        if held == Held::Yes {
-                            must.push(key);
-                        }
-                    }
-                    if empty {
-                        may.push(key);
-                    }
-                }
-                let evicted = limiter.sweep();
-                prop_assert!(
-                    (must.len()..=may.len()).contains(&evicted),
-                    "step {} at {}: sweep evicted {}, must {:?}, may {:?}",
-                    step,
-                    model.now,
-                    evicted,
-                    must,
-                    may
-                );
-                prop_assert_eq!(limiter.len(), before - evicted);
-                for &key in &may {
-                    let held = &mut model.keys[key].held;
-                    if idle.contains(&key) || evicted == may.len() {
-                        *held = Held::No;
-                    } else if evicted > must.len() && *held == Held::Yes {
-                        // Some key beyond `must` went; which one is not observable.
-                        *held = Held::Maybe;
-                    }
-                }
-            }
-            Op::SetPolicy { .. } | Op::ClearPolicy { .. } | Op::UpdateMax { .. } if !tiers => {}
-            Op::SetPolicy { key, tier } => {
-                let key = key % keys;
-                limiter.set_policy(&(key as u64), TIERS[tier]).unwrap();
-                (model.keys[key].tier, model.keys[key].overridden) = (tier, true);
-                prop_assert_eq!(limiter.policy_of(&(key as u64)), TIERS[tier]);
-            }
-            Op::ClearPolicy { key } => {
-                let key = key % keys;
-                let had = limiter.clear_policy(&(key as u64));
-                prop_assert_eq!(had, model.keys[key].overridden);
-                (model.keys[key].tier, model.keys[key].overridden) = (key % TIERS.len(), false);
-                prop_assert_eq!(limiter.policy_of(&(key as u64)), TIERS[key % TIERS.len()]);
-            }
-            Op::UpdateMax { tier, bump } => {
-                let limits = &mut tier_limits[tier];
-                for limit in limits.iter_mut() {
-                    let max = if bump == 0 { (limit.max() - 1).max(1) } else { limit.max() + bump };
-                    *limit = with_max(limit, max);
-                }
-                // Only `max` changes: the counts carry over exactly, whatever `Carry` says.
-                let config = PolicyConfig::new(limits.iter().copied());
-                limiter.update_policy(TIERS[tier], config, Carry::Reset).unwrap();
-                model.tiers[tier] = rules(limits);
-            }
-        }
-        let sure = model.keys.iter().filter(|k| k.held == Held::Yes).count();
-        let maybe = model.keys.iter().filter(|k| k.held == Held::Maybe).count();
-        let len = limiter.len();
-        prop_assert!(
-            (sure..=sure + maybe).contains(&len),
-            "step {}: len {}, held {}+{}?",
-            step,
-            len,
-            sure,
-            maybe
-        );
-        prop_assert_eq!(limiter.is_empty(), len == 0);
-    }
-
-    // The accuracy bound, on the log of what the limiter admitted (per life of each key).
-    // (With tiers, a key's limits change over its life: the model's decisions were checked.)
-    for (key, k) in model.keys.iter().enumerate().filter(|_| !tiers) {
-        for log in k.earlier.iter().chain(std::iter::once(&k.log)) {
-            for (i, rule) in model.tiers[0].iter().enumerate() {
-                let densest = densest(log, rule.window);
-                let exact = rule.algorithm == Algorithm::SlidingLog;
-                let sliding = rule.algorithm == Algorithm::SlidingWindow;
-                if exact || sliding && rule.strict {
-                    prop_assert!(densest <= rule.max, "key {} limit {}: {} in one window", key, i, densest);
-                } else if !sliding {
-                    // Fixed window and GCRA: a full window's worth on each side of a boundary
-                    // (or a full bucket, then its refill).
-                    prop_assert!(
-                        densest <= 2 * rule.max,
-                        "key {} limit {}: {} in one window",
-                        key,
-                        i,
-                        densest
-                    );
-                } else if rule.strict {
-                    prop_assert!(densest <= rule.max, "key {} limit {}: {} in one window", key, i, densest);
-                } else {
-                    prop_assert!(
-                        densest < 2 * rule.max,
-                        "key {} limit {}: {} in one window",
-                        key,
-                        i,
-                        densest
-                    );
-                }
-            }
-        }
-    }
-    Ok(())
+fn start() -> impl Strategy<Value = Start> {
+    let before = prop_oneof![
+        1 => Just(0),
+        1 => 1u64..=1_000,
+        3 => (1u64..=120_000).prop_map(|ms| ms * NS_PER_MS),
+    ];
+    prop_oneof![
+        4 => (any::<prop::sample::Index>(), before).prop_map(|(pick, before)| Start::BeforeWrap(pick, before)),
+        1 => (0u64..=1 << 62).prop_map(Start::Anywhere),
+    ]
 }
 
-/// The most units logged in any interval `[t, t + window)`.
-fn densest(log: &[(u64, u64)], window: u64) -> u64 {
-    let mut best = 0;
-    for (i, &(start, _)) in log.iter().enumerate() {
-        let inside = log[i..].iter().take_while(|&&(at, _)| at < start + window).map(|&(_, c)| c).sum();
-        best = best.max(inside);
-    }
-    best
+/// [`op`], and jumps of any size up to 2⁶² ns, and alignments to the next multiple of 2³²
+/// slots of the precisions in the tables (the clock stops at `MAX_TIME`).
+fn uptime_op() -> impl Strategy<Value = Op> {
+    // Every slot (or fixed window) of the tables that wraps before the clock's end, 2⁶² ns.
+    let slot = prop::sample::select(vec![1, 10, 20, 100, 250, 500, 1_000]);
+    prop_oneof![
+        20 => op(),
+        1 => (0u64..=1 << 62).prop_map(Op::Advance),
+        1 => (slot, -1i8..=1).prop_map(|(ms, offset)| Op::Align { unit: (ms * NS_PER_MS) << 32, offset }),
+    ]
 }
 
 proptest! {
@@ -643,7 +163,7 @@ proptest! {
         keys in 1usize..=3,
         ops in prop::collection::vec(op(), 1..200),
     ) {
-        run(algorithm, &limits, false, keys, &ops)?;
+        run(algorithm, &limits, false, keys, &ops, 0)?;
     }
 
     /// Three policies differing in `max`, a resolver, overrides set and cleared, and `max`
@@ -658,7 +178,24 @@ proptest! {
         keys in 1usize..=4,
         ops in prop::collection::vec(tier_op(), 1..200),
     ) {
-        run(algorithm, &limits, true, keys, &ops)?;
+        run(algorithm, &limits, true, keys, &ops, 0)?;
+    }
+
+    /// Long uptimes: the same cases, starting near the points where the 32-bit slot tags
+    /// wrap (2³² slots of a limit's precision: 49.7 days at 1 ms, 136 years at 1 s), at
+    /// 2³² ms and 2³² s, or anywhere up to 2⁶² ns, with jumps of up to 2⁶² ns and to the next
+    /// wrap (the clock stops at `MAX_TIME`).
+    #[test]
+    fn long_uptime_matches_the_exact_model(
+        algorithm in prop::sample::select(ALGORITHMS.to_vec()),
+        limits in uptime_limits(),
+        keys in 1usize..=3,
+        start in start(),
+        ops in prop::collection::vec(uptime_op(), 1..200),
+    ) {
+        let start = start.at(&limits, algorithm);
+        prop_assert!(start <= MAX_TIME);
+        run(algorithm, &limits, false, keys, &ops, start)?;
     }
 }
 
@@ -703,6 +240,35 @@ fn a_fixed_boundary_heavy_sequence_matches_the_model() {
         }
     }
     for algorithm in ALGORITHMS {
-        run(algorithm, &limits, false, 2, &ops).unwrap();
+        run(algorithm, &limits, false, 2, &ops, 0).unwrap();
+    }
+}
+
+/// A deterministic long-uptime run: a boundary-heavy sequence starting a little before each
+/// point where a limit's 32-bit slot tags wrap (and at 2³² ms and 2³² s), for every
+/// algorithm, so a plain `cargo test` always crosses every wrap point.
+#[test]
+fn sequences_across_the_slot_tag_wrap_match_the_model() {
+    let limits: Vec<Limit> =
+        ["4/20ms@1ms", "6/250ms@10ms strict", "5/2s@500ms"].iter().map(|t| t.parse().unwrap()).collect();
+    let mut ops = Vec::new();
+    for round in 0..120u64 {
+        let unit = [1, 10, 20, 250, 500, 2_000][(round % 6) as usize] * NS_PER_MS;
+        ops.push(Op::Align { unit, offset: (round % 3) as i8 - 1 });
+        ops.push(Op::Check { key: (round % 2) as usize, cost: 1 + round % 3, times: 3 });
+        ops.push(Op::Peek { key: 1 });
+        ops.push(Op::Advance(round * 7 * NS_PER_MS / 3));
+        if round % 29 == 0 {
+            ops.push(Op::Sweep);
+        }
+    }
+    for algorithm in ALGORITHMS {
+        for point in wrap_points(&limits, algorithm) {
+            for before in [0, 1, 3 * NS_PER_S] {
+                let start = point - before;
+                run(algorithm, &limits, false, 2, &ops, start)
+                    .unwrap_or_else(|e| panic!("{algorithm:?} from {start} ns: {e}"));
+            }
+        }
     }
 }
