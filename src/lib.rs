@@ -66,7 +66,6 @@
 
 mod algorithm;
 mod background;
-mod cache;
 mod clock;
 mod decision;
 mod divisor;
@@ -82,6 +81,7 @@ pub mod redis;
 #[cfg(any(feature = "redis", feature = "memcached"))]
 mod remote;
 mod sync;
+mod table;
 #[cfg(feature = "tower")]
 pub mod tower;
 mod window;
@@ -101,7 +101,7 @@ pub use window::{Carry, MAX_IDENTITIES, MAX_LIMITS};
 #[doc(hidden)]
 pub mod model {
     pub use crate::algorithm::Algorithm;
-    pub use crate::window::{Carry, KeyState, Outcome, Policy};
+    pub use crate::window::{Carry, KeyState, Outcome, OwnedState, Policy};
 }
 
 // The README's gateway example needs the `tower` and `axum` features (the README's test

@@ -1,52 +1,41 @@
-//! [`Limiter`]: the keyed front end. A sharded `DashMap` (hashed with `ahash`) maps each key
-//! to its [`KeyState`]; the builder wires up the clock and the sweeper.
+//! [`Limiter`]: the keyed front end. A [`Table`] (sharded, lock-free reads, see `table.rs`)
+//! holds each key's counters; the builder wires up the clock and the sweeper.
 //!
-//! # Eviction and why no epoch
-//! A check runs entirely under the shard *read* guard that `DashMap::get` returns, and a key
-//! is removed or reset only under that shard's *write* lock, after re-checking that it is
-//! expired. The lock is therefore the grace period: no check can hold a key's state while
-//! it is removed, so no count is lost and no memory is freed under a reader. An epoch scheme
-//! (`crossbeam-epoch`) would add a pin to every check to protect a pointer that the guard
-//! already protects. The per-key protocol itself takes no lock.
+//! # The path of a check
+//! [`Limiter::check_n`] → `decide`: pin the epoch, hash the key once, find its node, and
+//! run the per-key protocol (`window.rs`) on its counters under the node's policy. Only
+//! when that cannot answer does it take the shard's mutex: the key is new (`insert`), its
+//! state expired or was retired (`renew` replaces it), or its policy has a newer version
+//! (`renew` moves it). Everything else a limiter does (several keys at once, peeks,
+//! resets, policy changes, sweeps) goes through the same lookup and the same `renew`.
 
 use std::borrow::Borrow;
 use std::fmt;
 use std::hash::Hash;
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use dashmap::mapref::entry::Entry;
+use crossbeam_epoch::{self as epoch, Guard};
 use dashmap::DashMap;
 
 use crate::algorithm::Algorithm;
 use crate::background::Periodic;
-use crate::cache::HotKeys;
 use crate::clock::{start_coarse_clock, ManualClock, Now};
 use crate::decision::Decision;
 use crate::error::ConfigError;
 use crate::limit::Limit;
 use crate::metrics::{Denials, Metrics};
 use crate::policy::{PolicyConfig, Tiers, DEFAULT_POLICY};
-use crate::window::{Carry, KeyState, Outcome, Policy, MAX_IDENTITIES};
-
-/// Shards in the key map: enough that a sweep holds any one shard's lock only briefly and
-/// that two cores rarely meet on one shard.
-const SHARDS: usize = 256;
-
-/// A shard table with fewer entries than this is never rebuilt smaller after a sweep.
-const SMALLEST_SHRUNK: usize = 64;
+use crate::table::{Change, Node, Refused, Table};
+use crate::window::{Carry, KeyState, Outcome, OwnedState, Policy, MAX_IDENTITIES};
 
 /// The default resolution of the real clock.
 const DEFAULT_TICK: Duration = Duration::from_millis(1);
 
 struct Shared<K> {
-    /// Per-thread caches of hot keys' states, and the second hash that identifies a key
-    /// there (with the map's own).
-    hot: HotKeys,
-    second_hash: ahash::RandomState,
-    map: DashMap<K, Held, ahash::RandomState>,
+    table: Table<K>,
     /// The named policies, and the keys given one explicitly (`set_policy`); the others
     /// get the resolver's choice, or the default.
     tiers: Tiers,
@@ -56,11 +45,8 @@ struct Shared<K> {
     resolver: Option<Resolver<K>>,
     algorithm: Algorithm,
     now: Now,
-    max_keys: usize,
-    /// Keys in the map, kept by insert and remove so `len()` and `max_keys` cost O(1).
-    live: AtomicUsize,
     /// [`Shared::release_all`] for this `K` (`Drop` cannot require `K: Hash + Eq`).
-    on_drop: fn(&Shared<K>),
+    on_drop: fn(&mut Shared<K>),
     name: String,
     metrics: Metrics,
     /// Shadow mode: refusals are reported but admitted.
@@ -73,40 +59,6 @@ type Resolver<K> = Box<dyn Fn(&K) -> Option<&str> + Send + Sync>;
 impl<K> Drop for Shared<K> {
     fn drop(&mut self) {
         (self.on_drop)(self);
-    }
-}
-
-/// A key's entry in the map: its state, and a copy of the state's `touched` time that
-/// the sweeper reads without leaving the map's table. The copy is a lower bound: checks
-/// through the per-thread caches do not refresh it, and the sweeper then looks at the state
-/// itself before deciding anything.
-struct Held {
-    touched: AtomicU64,
-    state: KeyState,
-}
-
-impl Held {
-    fn new(state: KeyState) -> Held {
-        Held { touched: AtomicU64::new(state.touched()), state }
-    }
-
-    /// After a check through the map: keep the copy current. It moves once per slot, so
-    /// this writes the entry's line once per slot, not once per check.
-    #[inline]
-    fn refresh(&self) {
-        // Relaxed: a hint (see the type's docs); `retire` decides.
-        let touched = self.state.touched();
-        if touched > self.touched.load(Ordering::Relaxed) {
-            self.touched.store(touched, Ordering::Relaxed);
-        }
-    }
-}
-
-impl std::ops::Deref for Held {
-    type Target = KeyState;
-
-    fn deref(&self) -> &KeyState {
-        &self.state
     }
 }
 
@@ -271,18 +223,22 @@ where
             let (key, decision) = peeks.min_by_key(|(_, d)| d.remaining()).unwrap_or_else(|| (0, fresh()));
             return Ok(Identities { decision, key });
         }
+        let guard = epoch::pin();
         'lookup: loop {
-            let mut states: [Option<KeyState>; MAX_IDENTITIES] = Default::default();
+            let mut states: [Option<KeyState<'_>>; MAX_IDENTITIES] = Default::default();
             for (i, (slot, key)) in states.iter_mut().zip(keys).enumerate() {
-                match self.state_of(*key, now) {
-                    Some(state) => *slot = Some(state),
-                    None => return decided(Decision::too_many_keys(), i, &Denials::none(), false),
+                let hash = shared.table.hash(*key);
+                match self.node_of(hash, *key, now, &guard) {
+                    Ok(node) => *slot = Some(node.state()),
+                    Err(Refused::Full) => {
+                        return decided(Decision::too_many_keys(), i, &Denials::none(), false)
+                    }
                 }
             }
             // Distinct states only (a key listed twice counts once), remembering each
             // state's first key; enforced policies first, shadow ones after.
-            let Some(first) = states.iter().flatten().next() else { continue };
-            let mut refs: [&KeyState; MAX_IDENTITIES] = [first; MAX_IDENTITIES];
+            let Some(first) = states.iter().flatten().next().copied() else { continue };
+            let mut refs: [KeyState<'_>; MAX_IDENTITIES] = [first; MAX_IDENTITIES];
             let mut first_key = [0usize; MAX_IDENTITIES];
             let (mut n, mut enforced) = (0, 0);
             #[allow(
@@ -292,10 +248,10 @@ where
             )]
             for shadow in [false, true] {
                 for (i, state) in states.iter().enumerate() {
-                    let Some(state) = state.as_ref().filter(|s| s.policy().shadow() == shadow) else {
+                    let Some(state) = state.filter(|s| s.policy().shadow() == shadow) else {
                         continue;
                     };
-                    if !refs[..n].iter().any(|d| d.same(state)) {
+                    if !refs[..n].iter().any(|d| d.same(&state)) {
                         refs[n] = state;
                         first_key[n] = i;
                         n += 1;
@@ -307,22 +263,24 @@ where
             }
             let refs = refs.get(..n).unwrap_or_default();
             let key_of = |s: usize| first_key.get(s).copied().unwrap_or(0);
-            // A cost above some limit's `max` never fits.
-            for (s, state) in refs.iter().enumerate() {
+            let enforced_refs = refs.get(..enforced).unwrap_or_default();
+            // A cost above some enforced limit's `max` never fits. (One above a shadow
+            // policy's is that policy's shadow denial, below: it must not decide for the
+            // enforced keys.)
+            for (s, state) in enforced_refs.iter().enumerate() {
                 let policy = state.policy();
                 if let Some(index) = policy.oversized(cost) {
                     if state.is_retired() {
                         continue 'lookup;
                     }
                     let never = policy.never(index, state.room(policy, now));
-                    return decided(never, key_of(s), policy.denials(), s >= enforced);
+                    return decided(never, key_of(s), policy.denials(), false);
                 }
             }
-            let enforced_refs = refs.get(..enforced).unwrap_or_default();
             let (decision, s) = match KeyState::check_many(enforced_refs, now, cost) {
                 _ if enforced == 0 => (shared.tiers.current(shared.tiers.default_index()).fresh(cost), 0),
                 (Outcome::Decided(decision), s) => (decision, s),
-                // Expired (replaced by `state_of` on the next round) or retired: again.
+                // Expired (replaced by `node_of` on the next round) or retired: again.
                 (Outcome::Expired | Outcome::Retired, _) => continue,
             };
             #[allow(
@@ -337,10 +295,13 @@ where
             let mut outcome = Identities { decision, key: key_of(s) };
             for (s, state) in refs.iter().enumerate().skip(enforced) {
                 let policy = state.policy();
-                let shadow = match state.check(policy, now, cost, true) {
-                    Outcome::Decided(d) => d,
-                    // Retired or expired under us: a fresh state would admit.
-                    Outcome::Expired | Outcome::Retired => policy.fresh(cost),
+                let shadow = match policy.oversized(cost) {
+                    Some(index) => policy.never(index, state.room(policy, now)),
+                    None => match state.check(policy, now, cost, true) {
+                        Outcome::Decided(d) => d,
+                        // Retired or expired under us: a fresh state would admit.
+                        Outcome::Expired | Outcome::Retired => policy.fresh(cost),
+                    },
                 };
                 shared.metrics.decided(&shadow, cost, policy.denials());
                 if !shadow.is_allowed() && outcome.decision.shadow_denial().is_none() {
@@ -351,45 +312,59 @@ where
         }
     }
 
-    /// The state of `key`, inserted fresh if absent, replaced if expired or retired, and
-    /// moved to its policy's current version if that changed; `None` if it is absent and
+    /// The node of `key`: inserted fresh if absent, replaced if expired or retired, and
+    /// moved to its policy's current version if that changed. Refused if it is absent and
     /// the table is at `max_keys`.
-    fn state_of<Q>(&self, key: &Q, now: u64) -> Option<KeyState>
+    fn node_of<'g, Q>(&self, hash: u64, key: &Q, now: u64, guard: &'g Guard) -> Result<Node<'g, K>, Refused>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        loop {
+            let Some(node) = self.shared.table.get(hash, key, guard) else {
+                return self.insert_node(hash, key, self.tier_of(key), now, guard);
+            };
+            let state = node.state();
+            let policy = state.policy();
+            if !policy.is_replaced()
+                && !state.is_retired()
+                && now.saturating_sub(state.touched()) < policy.expiry()
+            {
+                return Ok(node);
+            }
+            self.renew(hash, key, now, guard);
+        }
+    }
+
+    /// Inserts a fresh state for `key` under policy `tier` (unless an override, re-checked
+    /// under the shard's mutex, says otherwise), or finds the one another thread inserted.
+    fn insert_node<'g, Q>(
+        &self,
+        hash: u64,
+        key: &Q,
+        tier: usize,
+        now: u64,
+        guard: &'g Guard,
+    ) -> Result<Node<'g, K>, Refused>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let shared = &*self.shared;
-        if let Some(held) = shared.map.get(key) {
-            let policy = held.state.policy();
-            if !policy.is_replaced()
-                && !held.is_retired()
-                && now.saturating_sub(held.touched()) < policy.expiry()
-            {
-                held.refresh();
-                return Some(held.state.clone());
-            }
+        // A full table refuses a new key without taking the shard's mutex or copying the
+        // key: under a key spray that is nearly every request, and the legitimate keys'
+        // inserts into the same shards must not queue behind it.
+        if shared.table.is_full() {
+            return Err(Refused::Full);
         }
-        // Chosen before the shard lock: the resolver is the caller's code.
-        let tier = self.tier_of(key);
-        match shared.map.entry(key.to_owned()) {
-            Entry::Occupied(mut entry) => {
-                self.renew(entry.get_mut(), now);
-                Some(entry.get().state.clone())
-            }
-            Entry::Vacant(entry) => {
-                // Relaxed: `live` is a counter; the shard lock orders the map itself.
-                if shared.live.fetch_add(1, Ordering::Relaxed) >= shared.max_keys {
-                    shared.live.fetch_sub(1, Ordering::Relaxed);
-                    return None;
-                }
-                shared.metrics.keys(shared.live.load(Ordering::Relaxed));
-                let tier = self.override_of::<K>(entry.key()).unwrap_or(tier);
-                let state = KeyState::new(&shared.tiers.current(tier), now);
-                entry.insert(Held::new(state.clone()));
-                Some(state)
-            }
-        }
+        let node = shared.table.insert(hash, key, guard, |owned| {
+            // `set_policy` stores the override before it moves the key's state under this
+            // mutex: either the move finds this state or this finds the override.
+            let tier = self.override_of::<K>(owned).unwrap_or(tier);
+            OwnedState::new(&shared.tiers.current(tier), now)
+        })?;
+        shared.metrics.keys(shared.table.len());
+        Ok(node)
     }
 
     /// The policy for a key that has no state yet: its override (`set_policy`), else the
@@ -428,17 +403,27 @@ where
         shared.overrides.get(key).map(|tier| *tier)
     }
 
-    /// Under the shard's write lock: moves `held` to its policy's current version if that
+    /// Under the key's shard mutex: moves its state to its policy's current version if that
     /// changed (carrying its counts over as the new version says), or replaces it with a
-    /// fresh state if it is expired or retired (after retiring it for the caches).
-    fn renew(&self, held: &mut Held, now: u64) {
-        let policy = Arc::clone(held.state.policy());
-        if policy.is_replaced() {
-            let newer = self.shared.tiers.current(policy.tier());
-            *held = Held::new(held.state.migrate(&newer, now, newer.carry(), true));
-        } else if held.retire(&policy, now) || held.is_retired() {
-            *held = Held::new(KeyState::new(&policy, now));
-        }
+    /// fresh state if it is expired or retired (retiring it first, for checks still on it).
+    fn renew<Q>(&self, hash: u64, key: &Q, now: u64, guard: &Guard)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let tiers = &self.shared.tiers;
+        self.shared.table.update(hash, key, guard, |node| {
+            let state = node.state();
+            let policy = state.policy();
+            let current = tiers.current(policy.tier());
+            if policy.is_replaced() {
+                return move_state(state, &current, now, current.carry());
+            }
+            if state.retire(policy, now) || state.is_retired() {
+                return Change::Replace(OwnedState::new(&current, now));
+            }
+            Change::Keep
+        });
     }
 
     /// Counts `cost` units for `key` without checking them: units admitted elsewhere (by
@@ -505,7 +490,8 @@ where
     }
 
     /// [`check_n`](Self::check_n) before the metrics and shadow mode, which `finish` applies
-    /// given the key's policy; with `FORCE`, [`record`](Self::record).
+    /// given the key's policy; with `FORCE`, [`record`](Self::record). The hot path: an
+    /// existing key takes one hash, one probe and one run of the per-key protocol.
     #[inline(always)]
     fn decide<Q, const FORCE: bool>(
         &self,
@@ -519,115 +505,69 @@ where
     {
         let shared = &*self.shared;
         let now = shared.now.nanos();
-        // One step on a state found in the cache or the map: `None` if the state cannot
-        // answer (its policy was replaced, it is expired, or it was retired).
-        let step = |state: &KeyState| {
-            let policy = state.policy();
-            if policy.is_replaced() {
-                return None;
-            }
-            if let Some(index) = policy.oversized(cost).filter(|_| !FORCE) {
-                // A retired state's policy may no longer be the key's.
-                if state.is_retired() {
-                    return None;
-                }
-                return Some(finish(policy.never(index, state.room(policy, now)), policy));
-            }
-            match state.run::<FORCE>(policy, now, cost) {
-                Outcome::Decided(decision) => Some(finish(decision, policy)),
-                Outcome::Expired | Outcome::Retired => None,
-            }
-        };
-        // A key this thread checks again and again: no map, no shard lock (see `cache.rs`).
-        let hash = shared.map.hasher().hash_one(key);
-        let second = || shared.second_hash.hash_one(key);
-        if let Some(decision) = shared.hot.with_cached(hash, second, step) {
-            return decision;
-        }
+        let guard = epoch::pin();
+        let hash = shared.table.hash(key);
         loop {
-            let Some(held) = shared.map.get(key) else { break };
-            if let Some(decision) = step(&held.state) {
-                held.refresh();
-                shared.hot.missed(hash, second, &held);
-                return decision;
+            let Some(node) = shared.table.get(hash, key, &guard) else {
+                match self.insert::<Q, FORCE>(hash, key, now, cost, &guard, &finish) {
+                    Some(decision) => return decision,
+                    None => continue,
+                }
+            };
+            let state = node.state();
+            let policy = state.policy();
+            if !policy.is_replaced() {
+                if let Some(index) = policy.oversized(cost).filter(|_| !FORCE) {
+                    // A retired state's policy may no longer be the key's.
+                    if !state.is_retired() {
+                        return finish(policy.never(index, state.room(policy, now)), policy);
+                    }
+                } else if let Outcome::Decided(decision) = state.run::<FORCE>(policy, now, cost) {
+                    return finish(decision, policy);
+                }
             }
-            drop(held);
-            // Under the shard's write lock: move the state to its policy's new version, or
-            // replace it if expired (checks through caches may still hold the old one:
-            // retiring it sends them back here); then check again.
-            if let Some(mut held) = shared.map.get_mut(key) {
-                self.renew(&mut held, now);
-            }
+            // Its policy has a newer version, or it expired, or it was retired under us.
+            self.renew(hash, key, now, &guard);
         }
-        self.insert::<Q, FORCE>(key, now, cost, &finish)
     }
 
+    /// A check of a key not in the table: the answer when it needs no state (a cost that
+    /// never fits, a cost of 0, a full table), else `None` once the key is inserted.
     #[cold]
     fn insert<Q, const FORCE: bool>(
         &self,
+        hash: u64,
         key: &Q,
         now: u64,
         cost: u64,
+        guard: &Guard,
         finish: &impl Fn(Decision, &Policy) -> Decision,
-    ) -> Decision
+    ) -> Option<Decision>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let shared = &*self.shared;
-        // Chosen before the shard lock: the resolver is the caller's code.
+        // Chosen before the shard's mutex: the resolver is the caller's code.
         let tier = self.tier_of(key);
-        let mut policy = shared.tiers.current(tier);
+        let policy = self.shared.tiers.current(tier);
         if let Some(index) = policy.oversized(cost).filter(|_| !FORCE) {
-            return finish(policy.never(index, policy.fresh(0).remaining()), &policy);
+            return Some(finish(policy.never(index, policy.fresh(0).remaining()), &policy));
         }
         if cost == 0 {
-            return finish(policy.fresh(0), &policy);
+            return Some(finish(policy.fresh(0), &policy));
         }
-        // A full table refuses a new key without taking the shard's write lock or copying
-        // the key: under a key spray that is nearly every request, and the legitimate keys'
-        // checks on the same shards must not queue behind it. (A key another thread
-        // inserted since `decide` looked goes on to be checked.)
-        // Relaxed: `live` is a counter; the entry below re-checks under the shard lock.
-        if shared.live.load(Ordering::Relaxed) >= shared.max_keys && !shared.map.contains_key(key) {
-            return finish(Decision::too_many_keys(), &policy);
+        match self.insert_node(hash, key, tier, now, guard) {
+            Ok(_) => None,
+            Err(Refused::Full) => Some(finish(Decision::too_many_keys(), &policy)),
         }
-        match shared.map.entry(key.to_owned()) {
-            // Another thread inserted it meanwhile. We hold the write lock: the state is
-            // renewed if it must be, and no other thread can retire the one we check.
-            Entry::Occupied(mut entry) => {
-                self.renew(entry.get_mut(), now);
-                let state = &entry.get().state;
-                let policy = state.policy();
-                if let Some(index) = policy.oversized(cost).filter(|_| !FORCE) {
-                    return finish(policy.never(index, state.room(policy, now)), policy);
-                }
-                match state.run::<FORCE>(policy, now, cost) {
-                    Outcome::Decided(decision) => finish(decision, policy),
-                    Outcome::Expired | Outcome::Retired => finish(policy.fresh(cost), policy),
-                }
-            }
-            Entry::Vacant(entry) => {
-                if let Some(set) = self.override_of::<K>(entry.key()).filter(|&set| set != tier) {
-                    policy = shared.tiers.current(set);
-                    if let Some(index) = policy.oversized(cost).filter(|_| !FORCE) {
-                        return finish(policy.never(index, policy.fresh(0).remaining()), &policy);
-                    }
-                }
-                // Relaxed: `live` is a counter; the shard lock orders the map itself.
-                if shared.live.fetch_add(1, Ordering::Relaxed) >= shared.max_keys {
-                    shared.live.fetch_sub(1, Ordering::Relaxed);
-                    return finish(Decision::too_many_keys(), &policy);
-                }
-                shared.metrics.keys(shared.live.load(Ordering::Relaxed));
-                let state = KeyState::new(&policy, now);
-                let decision = match state.run::<FORCE>(&policy, now, cost) {
-                    Outcome::Decided(decision) => decision,
-                    Outcome::Expired | Outcome::Retired => policy.fresh(cost),
-                };
-                entry.insert(Held::new(state));
-                finish(decision, &policy)
-            }
+    }
+
+    /// Shadow mode applied to a decision under `policy`.
+    fn shadowed(&self, decision: Decision, policy: &Policy) -> Decision {
+        if self.shared.shadow || policy.shadow() {
+            decision.shadowed()
+        } else {
+            decision
         }
     }
 
@@ -650,26 +590,27 @@ where
     {
         let shared = &*self.shared;
         let now = shared.now.nanos();
-        loop {
-            let Some(held) = shared.map.get(key) else { break };
-            let policy = held.state.policy();
+        let guard = epoch::pin();
+        let hash = shared.table.hash(key);
+        while let Some(node) = shared.table.get(hash, key, &guard) {
+            let state = node.state();
+            let policy = state.policy();
             if !policy.is_replaced() {
-                return match held.check(policy, now, 1, false) {
+                let decision = match state.check(policy, now, 1, false) {
                     Outcome::Decided(decision) => decision,
-                    // A retired state is being replaced or removed: both read as empty.
+                    // Expired, or retired (being replaced or removed): both read as empty.
                     Outcome::Expired | Outcome::Retired => policy.fresh(1),
                 };
+                return self.shadowed(decision, policy);
             }
-            drop(held);
-            if let Some(mut held) = shared.map.get_mut(key) {
-                self.renew(&mut held, now);
-            }
+            self.renew(hash, key, now, &guard);
         }
         // A new key would be refused while the table is full (until a sweep frees room).
-        if shared.live.load(Ordering::Relaxed) >= shared.max_keys {
+        if shared.table.is_full() {
             return Decision::too_many_keys();
         }
-        shared.tiers.current(self.tier_of(key)).fresh(1)
+        let policy = shared.tiers.current(self.tier_of(key));
+        self.shadowed(policy.fresh(1), &policy)
     }
 
     /// Forgets `key`: its windows start empty. Returns whether it was present.
@@ -687,12 +628,18 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let Some((_, state)) = self.shared.map.remove(key) else { return false };
-        // Checks that hold the state through a cache start over on the map.
-        state.retire_now(state.policy());
-        let live = self.shared.live.fetch_sub(1, Ordering::Relaxed);
-        self.shared.metrics.keys(live.saturating_sub(1));
-        true
+        let shared = &*self.shared;
+        let guard = epoch::pin();
+        let held = shared.table.update(shared.table.hash(key), key, &guard, |node| {
+            // Checks still on the state start over on the table.
+            let state = node.state();
+            state.retire_now(state.policy());
+            Change::Remove
+        });
+        if held {
+            shared.metrics.keys(shared.table.len());
+        }
+        held
     }
 
     /// Evicts every key idle for long enough that all its windows are empty and returns how
@@ -729,7 +676,7 @@ where
     /// # Ok::<(), slidegate::ConfigError>(())
     /// ```
     pub fn len(&self) -> usize {
-        self.shared.live.load(Ordering::Relaxed)
+        self.shared.table.len()
     }
 
     /// `true` when no key is held.
@@ -811,8 +758,9 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let tiers = &self.shared.tiers;
-        match self.shared.map.get(key) {
-            Some(held) => tiers.name(held.state.policy().tier()),
+        let guard = epoch::pin();
+        match self.shared.table.get(self.shared.table.hash(key), key, &guard) {
+            Some(node) => tiers.name(node.policy().tier()),
             None => tiers.name(self.tier_of(key)),
         }
     }
@@ -882,7 +830,7 @@ where
         true
     }
 
-    /// Moves a held key's state to policy `tier` (under its shard's write lock).
+    /// Moves a held key's state to policy `tier` (under its shard's mutex).
     fn move_to<Q>(&self, key: &Q, tier: usize)
     where
         K: Borrow<Q>,
@@ -891,13 +839,14 @@ where
         let shared = &*self.shared;
         let now = shared.now.nanos();
         let policy = shared.tiers.current(tier);
-        if let Some(mut held) = shared.map.get_mut(key) {
-            if !Arc::ptr_eq(held.state.policy(), &policy) {
-                // Not shared: the old policy is not replaced, so holders of the old state
-                // would never look again. Retired, they do.
-                *held = Held::new(held.state.migrate(&policy, now, Carry::Conservative, false));
+        let guard = epoch::pin();
+        shared.table.update(shared.table.hash(key), key, &guard, |node| {
+            let state = node.state();
+            if std::ptr::eq(state.policy(), &*policy) {
+                return Change::Keep;
             }
-        }
+            move_state(state, &policy, now, Carry::Conservative)
+        });
     }
 
     /// Replaces the limits (and shadow mode) of the policy named `name` while traffic
@@ -1024,82 +973,53 @@ impl std::ops::Deref for Identities {
     }
 }
 
-impl<K: Hash + Eq + Clone> Shared<K> {
+/// The change that moves `state` to policy `newer`: the node is pointed at it when the
+/// layout is the same (every count carries over exactly, and checks on the node see the new
+/// version at their next look), else replaced by a state laid out anew, per `carry`.
+fn move_state(state: KeyState<'_>, newer: &Arc<Policy>, now: u64, carry: Carry) -> Change {
+    if state.policy().same_layout(newer) {
+        Change::Repoint(Arc::clone(newer))
+    } else {
+        Change::Replace(state.migrate(newer, now, carry))
+    }
+}
+
+impl<K: Hash + Eq + Clone + Send + Sync> Shared<K> {
     /// Frees what the held states own beyond their words (sliding logs), as the limiter
     /// goes away.
-    fn release_all(&self) {
+    fn release_all(&mut self) {
         if self.algorithm == Algorithm::SlidingLog {
-            for held in self.map.iter() {
-                held.retire_now(held.state.policy());
-            }
+            self.table.for_each_exclusive(|node| {
+                let state = node.state();
+                state.retire_now(state.policy());
+            });
         }
     }
 
     fn sweep(&self) -> usize {
         let now = self.now.nanos();
         let expiry = self.tiers.shortest_expiry();
-        // Find candidates under the shards' read locks, so checks never wait for the scan: a
-        // key whose in-map copy of `touched` is recent is passed over without a look at its
-        // state. Then each candidate is evicted under its shard's write lock if `retire`
-        // succeeds: it re-checks expiry on the state and, by its CAS, wins or loses against
-        // any check still counting into it, including checks that hold it through a cache.
-        // One shard at a time, so the candidates held at once are one shard's share of the
-        // keys, not every expired key of the table (a sweep after a key spray would
-        // otherwise hold a copy of millions of keys).
-        let mut candidates = Vec::new();
         let mut evicted = 0usize;
-        let mut live = self.live.load(Ordering::Relaxed);
-        for shard in self.map.shards() {
-            let table = shard.read();
-            // SAFETY: the shard's read guard is held for the whole walk, so no insert or
-            // removal can reallocate the table or move its entries, and the buckets the
-            // iterator yields stay valid (full and initialised) until it is dropped.
-            // `DashMap::iter` walks the table the same way, but clones an `Arc` of the
-            // guard for every entry.
-            #[allow(unsafe_code)]
-            for bucket in unsafe { table.iter() } {
-                // SAFETY: as above; the reference does not outlive `table`.
-                #[allow(unsafe_code)]
-                let (key, held) = unsafe { bucket.as_ref() };
-                // Relaxed: a hint; `retire` decides.
-                if now.saturating_sub(held.get().touched.load(Ordering::Relaxed)) >= expiry {
-                    candidates.push(key.clone());
+        // Shard by shard, under each shard's mutex: checks never wait for it (they take no
+        // lock); inserts into the shard being swept do, for as long as one shard's walk.
+        // `retire` re-checks expiry on the state itself and, by its CAS, wins or loses
+        // against any check still counting into it.
+        for shard in 0..self.table.shards() {
+            let here = self.table.sweep_shard(shard, |node| {
+                let state = node.state();
+                // A cheap first filter: most keys are recent.
+                if now.saturating_sub(state.touched()) < expiry {
+                    return Change::Keep;
                 }
-            }
-            drop(table);
-            if candidates.is_empty() {
-                continue;
-            }
-            let mut here = 0usize;
-            for key in candidates.drain(..) {
-                match self.map.remove_if(&key, |_, held| held.retire(held.state.policy(), now)) {
-                    Some(_) => here = here.saturating_add(1),
-                    // Still in use (through a cache, so its copy of `touched` was stale).
-                    None => {
-                        if let Some(held) = self.map.get(&key) {
-                            held.refresh();
-                        }
-                    }
+                if state.retire(state.policy(), now) {
+                    Change::Remove
+                } else {
+                    Change::Keep
                 }
-            }
-            // Counted free shard by shard: a sweep of a million keys takes a while, and a
-            // full table must not refuse new keys for room already made.
-            // Relaxed: `live` is a counter; the shard locks order the map itself.
-            live = self.live.fetch_sub(here, Ordering::Relaxed).saturating_sub(here);
+            });
             evicted = evicted.saturating_add(here);
-            // Memory back after a mass eviction (a key spray swept out): a table at most a
-            // quarter full is rebuilt at twice its length, so it stays within 2× of what it
-            // holds and must double its keys again before it grows (no shrink-grow cycles
-            // around one size). Rehashing the few keys left under the write lock is short.
-            let mut table = shard.write();
-            let (len, capacity) = (table.len(), table.capacity());
-            if capacity > SMALLEST_SHRUNK && len < capacity / 4 {
-                let hasher = self.map.hasher();
-                // The map's own hash of each key (dashmap's `hash_u64` is `hash_one` too).
-                table.shrink_to(len.saturating_mul(2), |(key, _)| hasher.hash_one(key));
-            }
         }
-        self.metrics.keys(live);
+        self.metrics.keys(self.table.len());
         self.metrics.evicted(evicted);
         evicted
     }
@@ -1110,8 +1030,8 @@ impl<K> fmt::Debug for Limiter<K> {
         f.debug_struct("Limiter")
             .field("name", &self.shared.name)
             .field("policies", &self.shared.tiers.names().collect::<Vec<_>>())
-            .field("keys", &self.shared.live.load(Ordering::Relaxed))
-            .field("max_keys", &self.shared.max_keys)
+            .field("keys", &self.shared.table.len())
+            .field("max_keys", &self.shared.table.max_keys())
             .finish()
     }
 }
@@ -1396,17 +1316,13 @@ where
             }
         };
         let shared = Arc::new(Shared {
-            hot: HotKeys::new(),
-            second_hash: ahash::RandomState::new(),
-            map: DashMap::with_hasher_and_shard_amount(ahash::RandomState::new(), SHARDS),
+            table: Table::new(self.max_keys.unwrap_or(usize::MAX)),
             tiers,
             overrides: DashMap::with_hasher(ahash::RandomState::new()),
             any_override: AtomicBool::new(false),
             resolver: self.resolver,
             algorithm: self.algorithm,
             now,
-            max_keys: self.max_keys.unwrap_or(usize::MAX),
-            live: AtomicUsize::new(0),
             on_drop: Shared::release_all,
             metrics,
             name: self.name,

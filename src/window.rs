@@ -616,13 +616,65 @@ impl Counter for Sliding {
 /// recognisable by every check that still holds the state.
 const RETIRED: u64 = u64::MAX;
 
-/// One key's counters for every limit of a [`Policy`]. Clones share the counters: the map
-/// holds one, and threads that check the key often hold others (see `cache.rs`).
-#[derive(Debug, Clone)]
-pub struct KeyState {
-    words: Arc<[AtomicU64]>,
+/// One key's counters for every limit of a [`Policy`], borrowed from where they live (a
+/// node of the key table, see `table.rs`, or an [`OwnedState`]). Copies share the counters.
+#[derive(Debug, Clone, Copy)]
+pub struct KeyState<'a> {
+    words: &'a [AtomicU64],
     /// The version of the key's policy the words are laid out for.
+    policy: &'a Policy,
+}
+
+/// A key's counters on their own: what a policy change or a new key lays out before the
+/// key table takes it in (`table.rs` copies the words into the key's node), and what the
+/// loom models share between their threads.
+#[derive(Debug)]
+pub struct OwnedState {
+    words: Box<[AtomicU64]>,
     policy: Arc<Policy>,
+}
+
+impl OwnedState {
+    /// Fresh state: every window empty, as of `now` (ns).
+    pub fn new(policy: &Arc<Policy>, now: u64) -> OwnedState {
+        OwnedState::from_words(policy, &initial_words(policy, now))
+    }
+
+    /// A state holding `words` (laid out for `policy`).
+    pub(crate) fn from_words(policy: &Arc<Policy>, words: &[u64]) -> OwnedState {
+        // Every atomic is created with its initial value (no stores after creation: there
+        // is nothing to order, and loom's RMW bookkeeping mishandles an RMW that reads an
+        // initial plain store, https://github.com/tokio-rs/loom/issues/254).
+        OwnedState { words: words.iter().map(|&w| AtomicU64::new(w)).collect(), policy: Arc::clone(policy) }
+    }
+
+    /// The counters, to check against.
+    #[inline]
+    pub fn state(&self) -> KeyState<'_> {
+        KeyState { words: &self.words, policy: &self.policy }
+    }
+
+    /// The policy and the words' values, for a state no other thread has seen.
+    pub(crate) fn into_parts(self) -> (Arc<Policy>, Vec<u64>) {
+        // Relaxed: unshared (the caller owns it).
+        let words = self.words.iter().map(|w| w.load(Ordering::Relaxed)).collect();
+        (self.policy, words)
+    }
+}
+
+/// The words of a fresh state of `policy` at `now` (ns): every window empty.
+pub(crate) fn initial_words(policy: &Policy, now: u64) -> Vec<u64> {
+    let mut init = vec![0u64; policy.words];
+    set(&mut init, TOUCHED, now.min(RETIRED - 1));
+    for rule in policy.rules.iter() {
+        match policy.algorithm {
+            Algorithm::SlidingWindow => Sliding::reset(&mut init, rule, now),
+            Algorithm::FixedWindow => Fixed::reset(&mut init, rule, now),
+            Algorithm::SlidingLog => Log::reset(&mut init, rule, now),
+            Algorithm::Gcra => Gcra::reset(&mut init, rule, now),
+        }
+    }
+    init
 }
 
 /// What a policy change does to the counts of a key whose state must be laid out anew
@@ -654,68 +706,49 @@ pub enum Carry {
     Reset,
 }
 
-impl KeyState {
-    /// Fresh state: every window empty, as of `now` (ns).
-    pub fn new(policy: &Arc<Policy>, now: u64) -> KeyState {
-        // Every atomic is created with its initial value (no stores after creation: there
-        // is nothing to order, and loom's RMW bookkeeping mishandles an RMW that reads an
-        // initial plain store, https://github.com/tokio-rs/loom/issues/254).
-        let mut init = vec![0u64; policy.words];
-        set(&mut init, TOUCHED, now.min(RETIRED - 1));
-        for rule in policy.rules.iter() {
-            match policy.algorithm {
-                Algorithm::SlidingWindow => Sliding::reset(&mut init, rule, now),
-                Algorithm::FixedWindow => Fixed::reset(&mut init, rule, now),
-                Algorithm::SlidingLog => Log::reset(&mut init, rule, now),
-                Algorithm::Gcra => Gcra::reset(&mut init, rule, now),
-            }
-        }
-        KeyState { words: init.into_iter().map(AtomicU64::new).collect(), policy: Arc::clone(policy) }
+impl<'a> KeyState<'a> {
+    /// Counters laid out for `policy`, wherever they live.
+    #[inline(always)]
+    pub(crate) fn from_parts(words: &'a [AtomicU64], policy: &'a Policy) -> KeyState<'a> {
+        KeyState { words, policy }
     }
 
     /// The version of the policy this state is laid out for.
     #[inline(always)]
-    pub fn policy(&self) -> &Arc<Policy> {
-        &self.policy
+    pub fn policy(&self) -> &'a Policy {
+        self.policy
     }
 
-    /// The state that replaces this one when its policy is replaced by `newer` (another
-    /// version of the same policy, or another policy for the key), called under the map's
-    /// write lock with this state still in the map.
+    /// The state that replaces this one when its key moves to `newer` (another version of
+    /// the same policy, or another policy for the key) and the layout differs, called under
+    /// the key table's shard lock with this state still in the table. (When only the limits'
+    /// `max` differ, [`Policy::same_layout`], the table points the key's node at `newer` and
+    /// keeps the words: every count carries over exactly.)
     ///
-    /// If only the limits' `max` changed ([`Policy::same_layout`]) and `share` (a new version
-    /// of the same policy, whose states of the old version see it replaced), the new state
-    /// shares these words: every count carries over exactly, and checks still holding this
-    /// state keep counting into the same words (under the old `max` until they look again).
-    /// Otherwise this state is retired, so no check can count into it any more, and the
-    /// new one is a copy of its words (same layout, not a sliding log, whose words point to
-    /// entries), fresh, or starts with the units this one counted, per `carry`.
+    /// This state is retired, so no check can count into it any more, and the new one is a
+    /// copy of its words (same layout, not a sliding log, whose words point to entries),
+    /// fresh, or starts with the units this one counted, per `carry`.
     ///
     /// Exactness: a check that counted into this state either finds it retired and starts
-    /// over on the map (its units are then in the new state once, or twice if they were
+    /// over on the table (its units are then in the new state once, or twice if they were
     /// read here too: conservative), or its units are read here. The `swap` of `touched`
     /// and the read-modify-write of every word below, against the commits' AcqRel CAS and
     /// the SeqCst load of `touched` after it: if the commit comes later than our RMW in
     /// its word's order, our RMW (Release) synchronizes with the commit (Acquire), so the
     /// swap happens-before the check's load, which sees `RETIRED`; if it comes earlier,
     /// the commit (Release) synchronizes with our RMW (Acquire), so the view below sees it.
-    pub fn migrate(&self, newer: &Arc<Policy>, now: u64, carry: Carry, share: bool) -> KeyState {
+    pub fn migrate(&self, newer: &Arc<Policy>, now: u64, carry: Carry) -> OwnedState {
         let same_layout = self.policy.same_layout(newer);
-        if same_layout && share {
-            return KeyState { words: Arc::clone(&self.words), policy: Arc::clone(newer) };
-        }
         // SeqCst: as in `retire`, and the swap's Release half orders it before the RMWs.
         let touched = self.word(TOUCHED).swap(RETIRED, Ordering::SeqCst);
         if same_layout && touched != RETIRED && self.policy.algorithm != Algorithm::SlidingLog {
             // AcqRel: see the doc comment (pairs with the commits' CAS).
             let mut words: Vec<u64> = self.words.iter().map(|w| w.fetch_add(0, Ordering::AcqRel)).collect();
             set(&mut words, TOUCHED, touched);
-            return KeyState {
-                words: words.into_iter().map(AtomicU64::new).collect(),
-                policy: Arc::clone(newer),
-            };
+            return OwnedState::from_words(newer, &words);
         }
-        let fresh = KeyState::new(newer, now);
+        let owned = OwnedState::new(newer, now);
+        let fresh = owned.state();
         let max_only = self.policy.algorithm == Algorithm::Gcra && {
             let (a, b) = (&self.policy.rules, &newer.rules);
             a.len() == b.len()
@@ -751,8 +784,8 @@ impl KeyState {
                 Algorithm::Gcra => fresh.carry_in::<Gcra>(&carried, now),
             }
         }
-        self.release(&self.policy);
-        fresh
+        self.release(self.policy);
+        owned
     }
 
     /// Units each limit counts at `now` (what a cost-0 check would see as used).
@@ -879,7 +912,7 @@ impl KeyState {
 
     /// Whether two handles share one key's counters.
     pub(crate) fn same(&self, other: &KeyState) -> bool {
-        Arc::ptr_eq(&self.words, &other.words)
+        std::ptr::eq(self.words.as_ptr(), other.words.as_ptr())
     }
 
     /// Checks `cost` against several keys' states at once (distinct states, at most
@@ -890,19 +923,19 @@ impl KeyState {
     /// can deadlock. Returns, with the outcome, the index of the state the decision's
     /// `remaining` / denial is about. `Retired` if any state was retired under the check
     /// (whatever it counted elsewhere has been taken back): look the keys up again.
-    pub fn check_many(states: &[&KeyState], now: u64, cost: u64) -> (Outcome, usize) {
+    pub fn check_many(states: &[KeyState], now: u64, cost: u64) -> (Outcome, usize) {
         let states = states.get(..MAX_IDENTITIES).unwrap_or(states);
-        let Some(&first) = states.first() else { return (Outcome::Retired, 0) };
+        let Some(first) = states.first() else { return (Outcome::Retired, 0) };
         // Every check commits the states in one global order (by address), as a single key
         // commits its limits in one order: two requests charging the same keys in opposite
         // orders then contend for the same first key, and the loser takes nothing, instead
         // of each holding one key and refusing for want of the other.
         let mut order = [(0usize, first); MAX_IDENTITIES];
-        for (slot, (i, &state)) in order.iter_mut().zip(states.iter().enumerate()) {
+        for (slot, (i, state)) in order.iter_mut().zip(states.iter().enumerate()) {
             *slot = (i, state);
         }
         let order = order.get_mut(..states.len()).unwrap_or_default();
-        order.sort_unstable_by_key(|&(_, state)| Arc::as_ptr(&state.words).cast::<u8>() as usize);
+        order.sort_unstable_by_key(|&(_, state)| state.words.as_ptr() as usize);
         let (mut sorted, mut rank) = ([first; MAX_IDENTITIES], [0usize; MAX_IDENTITIES]);
         for ((slot, r), &(i, state)) in sorted.iter_mut().zip(rank.iter_mut()).zip(order.iter()) {
             (*slot, *r) = (state, i);
@@ -936,7 +969,7 @@ impl KeyState {
             let mut admits = true;
             let each = states.iter().zip(views.chunks_exact_mut(MAX_LIMITS)).zip(touched.iter_mut());
             for (s, ((state, views), touched)) in each.enumerate() {
-                let (at, expired) = match state.begin(&state.policy, now, cost, true) {
+                let (at, expired) = match state.begin(state.policy, now, cost, true) {
                     Ok(begun) => begun,
                     Err(outcome) => return (outcome, s),
                 };
@@ -1178,14 +1211,14 @@ impl KeyState {
     /// what makes expiry and eviction safe). That changes once per slot boundary, not per
     /// check. A view may have adopted a slot later than `now`: cover it too.
     #[inline(always)]
-    fn touch<'a, A: Counter>(
+    fn touch<'r, A: Counter>(
         &self,
         touched: u64,
         now: u64,
         cost: u64,
-        committed: impl IntoIterator<Item = (&'a Rule, &'a A::View)> + Clone,
+        committed: impl IntoIterator<Item = (&'r Rule, &'r A::View)> + Clone,
     ) where
-        A::View: 'a,
+        A::View: 'r,
     {
         let start = |(r, v): (&Rule, &A::View)| r.time_of(A::at(r, v, cost).0, 0);
         if committed.clone().into_iter().any(|c| start(c) > touched) {
@@ -1666,7 +1699,8 @@ mod tests {
         // 45 s into this minute the estimate is 250 + 400 × 15/60 = 350: allowed, 149 left.
         let limit = Limit::per_minute(500).precision(Duration::from_secs(60));
         let policy = Policy::new(&[limit]).unwrap_or_else(|e| panic!("{e}"));
-        let state = KeyState::new(&policy, 0);
+        let state_owned = OwnedState::new(&policy, 0);
+        let state = state_owned.state();
         assert!(decided(state.check(&policy, 10 * S, 400, true)).is_allowed());
         assert!(decided(state.check(&policy, 104 * S, 250, true)).is_allowed());
         let d = decided(state.check(&policy, 105 * S, 1, true));
@@ -1678,7 +1712,8 @@ mod tests {
     fn history_survives_a_jump_longer_than_the_ring() {
         let policy =
             Policy::new(&[Limit::per_second(3), Limit::per_minute(5)]).unwrap_or_else(|e| panic!("{e}"));
-        let state = KeyState::new(&policy, 0);
+        let state_owned = OwnedState::new(&policy, 0);
+        let state = state_owned.state();
         for _ in 0..3 {
             assert!(decided(state.check(&policy, 0, 1, true)).is_allowed());
         }
@@ -1703,7 +1738,8 @@ mod tests {
         const MS: u64 = 1_000_000;
         for (limit, want) in [(Limit::per_second(10), 19), (Limit::per_second(10).strict(), 10)] {
             let policy = Policy::new(&[limit]).unwrap_or_else(|e| panic!("{e}"));
-            let state = KeyState::new(&policy, 0);
+            let state_owned = OwnedState::new(&policy, 0);
+            let state = state_owned.state();
             let mut admitted = 0;
             for now in [999 * MS, 1998 * MS] {
                 for _ in 0..20 {
@@ -1719,7 +1755,8 @@ mod tests {
     #[test]
     fn expired_state_asks_for_a_reset() {
         let policy = Policy::new(&[Limit::per_second(1)]).unwrap_or_else(|e| panic!("{e}"));
-        let state = KeyState::new(&policy, 0);
+        let state_owned = OwnedState::new(&policy, 0);
+        let state = state_owned.state();
         assert!(decided(state.check(&policy, 0, 1, true)).is_allowed());
         assert!(!state.is_expired(&policy, S));
         assert!(state.is_expired(&policy, 2 * S));
@@ -1730,7 +1767,8 @@ mod tests {
     #[test]
     fn only_an_expired_state_retires_and_then_every_check_starts_over() {
         let policy = Policy::new(&[Limit::per_second(1)]).unwrap_or_else(|e| panic!("{e}"));
-        let state = KeyState::new(&policy, 0);
+        let state_owned = OwnedState::new(&policy, 0);
+        let state = state_owned.state();
         assert!(decided(state.check(&policy, 0, 1, true)).is_allowed());
         assert!(!state.retire(&policy, S), "1 s after its last unit the key still counts");
         assert!(state.retire(&policy, 2 * S));
@@ -1740,11 +1778,13 @@ mod tests {
         for commit in [true, false] {
             assert_eq!(state.check(&policy, 2 * S, 1, commit), Outcome::Retired);
         }
-        let reset = KeyState::new(&policy, 0);
+        let reset_owned = OwnedState::new(&policy, 0);
+        let reset = reset_owned.state();
         reset.retire_now(&policy);
         assert_eq!(reset.check(&policy, 0, 1, true), Outcome::Retired);
         // A clock saturated at the end of time is not the RETIRED marker.
-        let late = KeyState::new(&policy, u64::MAX);
+        let late_owned = OwnedState::new(&policy, u64::MAX);
+        let late = late_owned.state();
         assert!(decided(late.check(&policy, u64::MAX, 1, true)).is_allowed());
         assert!(!late.is_retired());
     }

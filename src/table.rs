@@ -1,0 +1,636 @@
+//! The key table: where each key's counters live, found without taking a lock.
+//!
+//! # Layout
+//! The table is [`SHARDS`] shards, chosen by the top bits of the key's hash. A shard is an
+//! open-addressed array of slots (linear probing, a power of two long), each slot a pointer
+//! to the key's *node*: one allocation holding the key's hash, its policy version, the key
+//! itself and, right behind them, its counters (`[AtomicU64]`, as many words as the policy
+//! lays out). A check reads the slot, then the node: no second pointer, and no allocation per
+//! key beyond the node.
+//!
+//! # Reads take no lock and write nothing shared
+//! A lookup pins `crossbeam-epoch` (a store to this thread's own epoch slot), loads the
+//! shard's array, probes it and compares hashes and keys. Everything that changes the table
+//! (an insert, a removal, a node replaced, an array rebuilt) happens under the shard's
+//! mutex, which checks never take. A node or an array taken out of the table is freed
+//! through the epoch once no pinned reader can still hold it, so a reader never touches
+//! freed memory; nodes never move, so a count written into a node is never copied away
+//! from under its writer (arrays are rebuilt by copying pointers only).
+//!
+//! # Removing a key without losing a count
+//! A removed or replaced node may still be in use by a check that found it just before.
+//! Its counters are retired first ([`KeyState::retire`], `retire_now`, `migrate`, under
+//! the shard's mutex): a check that commits into a retired state sees that after its commit
+//! and starts over on the table, so no admission is lost to eviction.
+//!
+//! # One hash
+//! Every path hashes a key the same way, through [`Table::hash`] (a `Hasher` fed by the
+//! key's `Hash`), and a node keeps its hash: rebuilding an array never hashes a key again,
+//! so no path can disagree with another about where a key lives.
+
+use std::alloc::{self, Layout};
+use std::borrow::Borrow;
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::marker::PhantomData;
+use std::ptr::{self, NonNull};
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
+use crossbeam_utils::CachePadded;
+
+use crate::sync::AtomicU64;
+use crate::window::{KeyState, OwnedState, Policy};
+
+/// Shards per table: a rebuild copies one shard's pointers (at 1 M keys, about 16 k, some
+/// tens of microseconds, during which only inserts into that shard wait).
+const SHARDS: usize = 64;
+/// `hash >> SHARD_SHIFT` picks the shard; the low bits pick the slot.
+const SHARD_SHIFT: u32 = u64::BITS - SHARDS.trailing_zeros();
+/// The shortest array a shard builds.
+const SMALLEST: usize = 8;
+
+/// A key's node: this header, then its counters. `repr(C)`, so the counters start at
+/// `size_of::<Header<K>>()` (a multiple of 8: the header holds a `u64`).
+#[repr(C)]
+struct Header<K> {
+    hash: u64,
+    /// The policy version the counters are laid out for, from `Arc::into_raw`: the node holds
+    /// one strong count of it. Swapped in place (under the shard's mutex) when a newer version
+    /// lays the counters out the same way; the count of the old one is given back through
+    /// the epoch, since readers may still hold it.
+    policy: AtomicPtr<Policy>,
+    /// Counters behind the header (fixed for the node's life: a change of layout is a new node).
+    words: usize,
+    key: K,
+}
+
+/// A node found in the table, valid while the guard `'g` it was found under is held.
+pub(crate) struct Node<'g, K> {
+    ptr: NonNull<Header<K>>,
+    _guard: PhantomData<&'g Header<K>>,
+}
+
+impl<K> Clone for Node<'_, K> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<K> Copy for Node<'_, K> {}
+
+impl<'g, K> Node<'g, K> {
+    fn header(&self) -> &'g Header<K> {
+        // SAFETY: `ptr` came from the table under a guard living for `'g` (or from the shard's
+        // mutex, which is held); nodes are freed only through the epoch, after every guard
+        // pinned while the node was reachable is gone.
+        #[allow(unsafe_code)]
+        unsafe {
+            self.ptr.as_ref()
+        }
+    }
+
+    /// The key.
+    pub(crate) fn key(&self) -> &'g K {
+        &self.header().key
+    }
+
+    /// The policy version the counters are laid out for now.
+    pub(crate) fn policy(&self) -> &'g Policy {
+        // Acquire pairs with the Release swap in `Table::repoint` (and the node's
+        // initialisation, published by the slot's Release store): the policy is initialised.
+        let policy = self.header().policy.load(Ordering::Acquire);
+        // SAFETY: the node holds a strong count of its policy, and a policy swapped out is
+        // released through the epoch (`repoint`), after every guard that could have loaded it.
+        #[allow(unsafe_code)]
+        unsafe {
+            &*policy
+        }
+    }
+
+    /// The key's counters, laid out for [`policy`](Self::policy).
+    #[inline]
+    pub(crate) fn state(&self) -> KeyState<'g> {
+        let words = self.header().words;
+        // SAFETY: the node was allocated with `layout::<K>(words)`: `words` initialised
+        // `AtomicU64`s start `size_of::<Header<K>>()` bytes in (`repr(C)`, 8-aligned), within
+        // the allocation `ptr` points to (whose provenance covers it all), valid for `'g`.
+        #[allow(unsafe_code)]
+        let words = unsafe {
+            let first = self.ptr.as_ptr().cast::<u8>().add(std::mem::size_of::<Header<K>>());
+            std::slice::from_raw_parts(first.cast::<AtomicU64>(), words)
+        };
+        KeyState::from_parts(words, self.policy())
+    }
+}
+
+/// The allocation of a node with `words` counters: the header, then the counters.
+fn layout<K>(words: usize) -> Option<Layout> {
+    let (layout, _) = Layout::new::<Header<K>>().extend(Layout::array::<AtomicU64>(words).ok()?).ok()?;
+    Some(layout.pad_to_align())
+}
+
+/// A new node for `key`, holding `state`'s policy and counters.
+fn new_node<K>(hash: u64, key: K, state: OwnedState) -> *mut Header<K> {
+    let (policy, words) = state.into_parts();
+    // At most MAX_LIMITS limits of at most MAX_SLOTS slots: the layout always exists.
+    let Some(layout) = layout::<K>(words.len()) else { std::process::abort() };
+    // SAFETY: `layout` has a non-zero size (the header holds a u64). The header is written at
+    // the start and the counters right behind it, each exactly once, before the pointer is
+    // returned; `free_node` reads them back with the same layout.
+    #[allow(unsafe_code)]
+    unsafe {
+        let raw = alloc::alloc(layout);
+        if raw.is_null() {
+            alloc::handle_alloc_error(layout);
+        }
+        let header = raw.cast::<Header<K>>();
+        let policy = AtomicPtr::new(Arc::into_raw(policy).cast_mut());
+        header.write(Header { hash, policy, words: words.len(), key });
+        let first = raw.add(std::mem::size_of::<Header<K>>()).cast::<AtomicU64>();
+        for (i, &word) in words.iter().enumerate() {
+            first.add(i).write(AtomicU64::new(word));
+        }
+        header
+    }
+}
+
+/// Frees a node no one can reach any more.
+///
+/// # Safety
+/// `node` came from [`new_node`], is in no table, and no guard that could have found it
+/// (or a reference to it) is alive.
+#[allow(unsafe_code)]
+unsafe fn free_node<K>(node: *mut Header<K>) {
+    // SAFETY: per the contract, the node is initialised and ours alone.
+    unsafe {
+        let words = (*node).words;
+        let first = node.cast::<u8>().add(std::mem::size_of::<Header<K>>()).cast::<AtomicU64>();
+        for i in 0..words {
+            ptr::drop_in_place(first.add(i));
+        }
+        drop(Arc::from_raw((*node).policy.load(Ordering::Relaxed).cast_const()));
+        ptr::drop_in_place(node);
+        if let Some(layout) = layout::<K>(words) {
+            alloc::dealloc(node.cast::<u8>(), layout);
+        }
+    }
+}
+
+/// A pointer that may cross to the thread that runs the epoch's deferred functions.
+struct SendPtr<T>(*mut T);
+// SAFETY: it only carries a node or a policy to the function that frees it; `K: Send + Sync`
+// and `Policy: Send + Sync` (see `Table`'s bounds), so freeing them elsewhere is sound.
+#[allow(unsafe_code)]
+unsafe impl<T> Send for SendPtr<T> {}
+
+/// A removed slot: probing goes on past it; an insert may reuse it.
+fn tombstone<K>() -> *mut Header<K> {
+    NonNull::dangling().as_ptr()
+}
+
+/// One shard's array of slots.
+struct Slots<K> {
+    mask: usize,
+    slots: Box<[AtomicPtr<Header<K>>]>,
+}
+
+impl<K> Slots<K> {
+    fn with_len(len: usize) -> Slots<K> {
+        Slots {
+            mask: len.saturating_sub(1),
+            slots: (0..len).map(|_| AtomicPtr::new(ptr::null_mut())).collect(),
+        }
+    }
+
+    /// The slots of `hash`'s probe sequence, in order (each slot once).
+    fn probe(&self, hash: u64) -> impl Iterator<Item = &AtomicPtr<Header<K>>> {
+        // Truncation is the point: the low bits pick the first slot.
+        let start = (hash as usize) & self.mask;
+        let (tail, head) = self.slots.split_at(start.min(self.slots.len()));
+        head.iter().chain(tail)
+    }
+}
+
+/// What the shard's mutex guards: its counts.
+#[derive(Default)]
+struct Counts {
+    /// Nodes in the array.
+    live: usize,
+    /// Slots holding a node or a tombstone (what probing walks through).
+    used: usize,
+}
+
+struct Shard<K> {
+    slots: Atomic<Slots<K>>,
+    writer: Mutex<Counts>,
+}
+
+impl<K> Shard<K> {
+    fn lock(&self) -> MutexGuard<'_, Counts> {
+        // A panic under the lock cannot leave the array inconsistent (every change is one
+        // pointer store), so a poisoned lock is still good.
+        self.writer.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Why [`Table::insert`] did not insert.
+pub(crate) enum Refused {
+    /// The table holds its `max_keys`.
+    Full,
+}
+
+/// The key table. See the module docs.
+pub(crate) struct Table<K> {
+    shards: Box<[CachePadded<Shard<K>>]>,
+    hasher: ahash::RandomState,
+    /// Keys held, kept by insert and remove so that `len()` and `max_keys` cost O(1); never
+    /// above `max_keys` (a key is counted before it is inserted, and only if there is room).
+    live: AtomicUsize,
+    max_keys: usize,
+}
+
+impl<K> Table<K> {
+    /// Keys held.
+    pub(crate) fn len(&self) -> usize {
+        // Relaxed: a counter; the shards' mutexes order the table itself.
+        self.live.load(Ordering::Relaxed)
+    }
+
+    /// The most keys the table holds.
+    pub(crate) fn max_keys(&self) -> usize {
+        self.max_keys
+    }
+
+    /// Is the table at `max_keys`? (A hint: `insert` decides under the shard's mutex.)
+    pub(crate) fn is_full(&self) -> bool {
+        self.len() >= self.max_keys
+    }
+
+    /// How many shards [`sweep_shard`](Self::sweep_shard) walks.
+    pub(crate) fn shards(&self) -> usize {
+        self.shards.len()
+    }
+}
+
+impl<K: Hash + Eq + Clone + Send + Sync> Table<K> {
+    pub(crate) fn new(max_keys: usize) -> Table<K> {
+        let shards = (0..SHARDS)
+            .map(|_| CachePadded::new(Shard { slots: Atomic::null(), writer: Mutex::new(Counts::default()) }))
+            .collect();
+        Table { shards, hasher: ahash::RandomState::new(), live: AtomicUsize::new(0), max_keys }
+    }
+
+    /// The hash of `key`, the same for every path (see the module docs).
+    #[inline]
+    #[allow(
+        clippy::manual_hash_one,
+        reason = "ahash's own `hash_one` is specialised per type on nightly; the Hasher path is the same for every caller"
+    )]
+    pub(crate) fn hash<Q: Hash + ?Sized>(&self, key: &Q) -> u64 {
+        let mut hasher = self.hasher.build_hasher();
+        key.hash(&mut hasher);
+        hasher.finish()
+    }
+
+    #[inline]
+    fn shard(&self, hash: u64) -> &Shard<K> {
+        #[allow(
+            clippy::indexing_slicing,
+            reason = "hash >> SHARD_SHIFT is below 2^(64 - SHARD_SHIFT) = SHARDS"
+        )]
+        &self.shards[(hash >> SHARD_SHIFT) as usize]
+    }
+
+    /// The node of `key`, if held.
+    #[inline]
+    pub(crate) fn get<'g, Q>(&self, hash: u64, key: &Q, guard: &'g Guard) -> Option<Node<'g, K>>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        // Acquire pairs with the Release store that published the array (`rebuild`).
+        let slots = self.shard(hash).slots.load(Ordering::Acquire, guard);
+        // SAFETY: an array is freed only through the epoch once unreachable; we are pinned.
+        #[allow(unsafe_code)]
+        let slots = unsafe { slots.as_ref() }?;
+        Self::find(slots, hash, key, Ordering::Acquire).map(|(_, node)| node)
+    }
+
+    /// Probes `slots` for `key`: its slot and node. `order` is Acquire for readers (it pairs
+    /// with the Release store that published the node) and Relaxed under the mutex.
+    #[inline]
+    fn find<'g, Q>(
+        slots: &'g Slots<K>,
+        hash: u64,
+        key: &Q,
+        order: Ordering,
+    ) -> Option<(&'g AtomicPtr<Header<K>>, Node<'g, K>)>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        for slot in slots.probe(hash) {
+            let found = slot.load(order);
+            let ptr = NonNull::new(found)?;
+            if found == tombstone() {
+                continue;
+            }
+            let node = Node { ptr, _guard: PhantomData };
+            let header = node.header();
+            if header.hash == hash && header.key.borrow() == key {
+                return Some((slot, node));
+            }
+        }
+        None
+    }
+
+    /// Inserts a node for `key` built by `make` (called under the shard's mutex, with the owned
+    /// key) unless the key is held already; either way, the key's node. Refused when the
+    /// table holds `max_keys` keys.
+    pub(crate) fn insert<'g, Q>(
+        &self,
+        hash: u64,
+        key: &Q,
+        guard: &'g Guard,
+        make: impl FnOnce(&K) -> OwnedState,
+    ) -> Result<Node<'g, K>, Refused>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let shard = self.shard(hash);
+        let mut counts = shard.lock();
+        let slots = self.slots_for_insert(shard, &mut counts, guard);
+        if let Some((_, node)) = Self::find(slots, hash, key, Ordering::Relaxed) {
+            return Ok(node);
+        }
+        // Counted before it is inserted, and only if there is room: `len()` never exceeds
+        // `max_keys`, and no insert is refused for another's passing count.
+        // Relaxed: a counter; the shards' mutexes order the table itself.
+        let reserved = self.live.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |live| {
+            (live < self.max_keys).then(|| live.saturating_add(1))
+        });
+        if reserved.is_err() {
+            return Err(Refused::Full);
+        }
+        let owned = key.to_owned();
+        let state = make(&owned);
+        let node = new_node(hash, owned, state);
+        let mut free = None;
+        for slot in slots.probe(hash) {
+            // Relaxed: under the mutex, which orders every writer.
+            let here = slot.load(Ordering::Relaxed);
+            if here.is_null() || here == tombstone() {
+                free = Some((slot, here.is_null()));
+                break;
+            }
+        }
+        // `slots_for_insert` leaves at least one empty slot.
+        let Some((slot, was_empty)) = free else { std::process::abort() };
+        // Release pairs with the readers' Acquire load in `find`: the node's header and
+        // counters, written above, are visible to whoever finds the node.
+        slot.store(node, Ordering::Release);
+        counts.live = counts.live.saturating_add(1);
+        if was_empty {
+            counts.used = counts.used.saturating_add(1);
+        }
+        // SAFETY: just stored; `new_node` never returns null.
+        let ptr = NonNull::new(node).unwrap_or_else(|| std::process::abort());
+        Ok(Node { ptr, _guard: PhantomData })
+    }
+
+    /// The shard's array, grown or rebuilt first if one more node would fill it past 3/4.
+    fn slots_for_insert<'g>(&self, shard: &Shard<K>, counts: &mut Counts, guard: &'g Guard) -> &'g Slots<K> {
+        // Relaxed: under the mutex, which orders every writer of the array pointer.
+        let current = shard.slots.load(Ordering::Relaxed, guard);
+        // SAFETY: as in `get` (and only this mutex's holder replaces it).
+        #[allow(unsafe_code)]
+        let len = unsafe { current.as_ref() }.map_or(0, |s| s.slots.len());
+        if counts.used.saturating_add(1).saturating_mul(4) > len.saturating_mul(3) {
+            // Room for twice the live keys: a rebuild then happens after as many inserts again.
+            let wanted = counts.live.saturating_add(1).saturating_mul(2).max(SMALLEST).next_power_of_two();
+            self.rebuild(shard, counts, wanted, guard);
+        }
+        let current = shard.slots.load(Ordering::Relaxed, guard);
+        // SAFETY: as above; `rebuild` always leaves an array.
+        #[allow(unsafe_code)]
+        unsafe { current.as_ref() }.unwrap_or_else(|| std::process::abort())
+    }
+
+    /// Replaces the shard's array with one of `len` slots holding the same nodes (and no
+    /// tombstones). Under the shard's mutex.
+    fn rebuild(&self, shard: &Shard<K>, counts: &mut Counts, len: usize, guard: &Guard) {
+        let fresh = Slots::with_len(len);
+        let old = shard.slots.load(Ordering::Relaxed, guard);
+        // SAFETY: as in `get`.
+        #[allow(unsafe_code)]
+        if let Some(old) = unsafe { old.as_ref() } {
+            for slot in old.slots.iter() {
+                let node = slot.load(Ordering::Relaxed);
+                if node.is_null() || node == tombstone() {
+                    continue;
+                }
+                // SAFETY: a node in the array under the mutex is alive.
+                #[allow(unsafe_code)]
+                let hash = unsafe { (*node).hash };
+                if let Some(free) = fresh.probe(hash).find(|s| s.load(Ordering::Relaxed).is_null()) {
+                    free.store(node, Ordering::Relaxed);
+                }
+            }
+        }
+        counts.used = counts.live;
+        // Release pairs with the readers' Acquire load of the array: its slots, written above,
+        // are visible to whoever loads it (the nodes themselves were published before).
+        let old = shard.slots.swap(Owned::new(fresh), Ordering::Release, guard);
+        if !old.is_null() {
+            // SAFETY: unreachable from now on; readers pinned before may still probe it, and
+            // the epoch frees it only after they unpin. (Its nodes live on in the new array.)
+            #[allow(unsafe_code)]
+            unsafe {
+                guard.defer_destroy(old);
+            }
+        }
+    }
+
+    /// Under `key`'s shard mutex, offers its node to `change`, which may retire its state
+    /// and return the state that replaces it ([`Change::Replace`]), point it at a newer
+    /// policy with the same layout ([`Change::Repoint`]), retire it to be removed
+    /// ([`Change::Remove`]), or leave it. Returns whether the key was held.
+    pub(crate) fn update<Q>(
+        &self,
+        hash: u64,
+        key: &Q,
+        guard: &Guard,
+        change: impl FnOnce(Node<'_, K>) -> Change,
+    ) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        let shard = self.shard(hash);
+        let mut counts = shard.lock();
+        // Relaxed: under the mutex.
+        let slots = shard.slots.load(Ordering::Relaxed, guard);
+        // SAFETY: as in `get`.
+        #[allow(unsafe_code)]
+        let Some(slots) = (unsafe { slots.as_ref() }) else {
+            return false;
+        };
+        let Some((slot, node)) = Self::find(slots, hash, key, Ordering::Relaxed) else { return false };
+        let change = change(node);
+        self.apply(slot, node, change, &mut counts, guard);
+        true
+    }
+
+    fn apply(
+        &self,
+        slot: &AtomicPtr<Header<K>>,
+        node: Node<'_, K>,
+        change: Change,
+        counts: &mut Counts,
+        guard: &Guard,
+    ) {
+        match change {
+            Change::Keep => {}
+            Change::Repoint(newer) => {
+                let newer = Arc::into_raw(newer).cast_mut();
+                // Release pairs with the Acquire load in `Node::policy`: the new version is
+                // initialised for whoever loads it.
+                let old = node.header().policy.swap(newer, Ordering::Release);
+                let old = SendPtr(old);
+                // SAFETY: readers pinned before the swap may still use the old version; the
+                // epoch drops the node's count of it after they unpin.
+                #[allow(unsafe_code)]
+                unsafe {
+                    guard.defer_unchecked(move || {
+                        let old = old;
+                        drop(Arc::from_raw(old.0.cast_const()));
+                    });
+                }
+            }
+            Change::Replace(state) => {
+                let fresh = new_node(node.header().hash, node.key().clone(), state);
+                // Release: as in `insert`.
+                slot.store(fresh, Ordering::Release);
+                Self::retire_node(node, guard);
+            }
+            Change::Remove => {
+                // Relaxed: readers that load the tombstone simply probe on.
+                slot.store(tombstone(), Ordering::Relaxed);
+                counts.live = counts.live.saturating_sub(1);
+                // Relaxed: a counter.
+                self.live.fetch_sub(1, Ordering::Relaxed);
+                Self::retire_node(node, guard);
+            }
+        }
+    }
+
+    /// Frees a node taken out of the table once no reader can hold it.
+    fn retire_node(node: Node<'_, K>, guard: &Guard) {
+        let dead = SendPtr(node.ptr.as_ptr());
+        // SAFETY: the node is in no array any more; readers pinned before may still hold it,
+        // and the epoch runs this after they unpin.
+        #[allow(unsafe_code)]
+        unsafe {
+            guard.defer_unchecked(move || {
+                let dead = dead;
+                free_node(dead.0);
+            });
+        }
+    }
+
+    /// Walks shard `index` under its mutex, offering each node to `change` (as in
+    /// [`update`](Self::update)); then rebuilds the array smaller if at most an eighth of it
+    /// holds nodes, or at the same length if tombstones fill a quarter of it. Returns the
+    /// nodes removed. Checks never wait for this: only inserts into the shard do.
+    pub(crate) fn sweep_shard(&self, index: usize, mut change: impl FnMut(Node<'_, K>) -> Change) -> usize {
+        let Some(shard) = self.shards.get(index) else { return 0 };
+        let guard = epoch::pin();
+        let mut counts = shard.lock();
+        let slots = shard.slots.load(Ordering::Relaxed, &guard);
+        // SAFETY: as in `get`.
+        #[allow(unsafe_code)]
+        let Some(slots) = (unsafe { slots.as_ref() }) else {
+            return 0;
+        };
+        let before = counts.live;
+        for slot in slots.slots.iter() {
+            let found = slot.load(Ordering::Relaxed);
+            let Some(ptr) = NonNull::new(found).filter(|_| found != tombstone()) else { continue };
+            let node = Node { ptr, _guard: PhantomData };
+            let change = change(node);
+            self.apply(slot, node, change, &mut counts, &guard);
+        }
+        let removed = before.saturating_sub(counts.live);
+        let len = slots.slots.len();
+        let tombstones = counts.used.saturating_sub(counts.live);
+        if len > SMALLEST && counts.live.saturating_mul(8) <= len {
+            let wanted = counts.live.saturating_mul(2).max(SMALLEST).next_power_of_two();
+            self.rebuild(shard, &mut counts, wanted, &guard);
+        } else if tombstones.saturating_mul(4) >= len && tombstones > 0 {
+            self.rebuild(shard, &mut counts, len, &guard);
+        }
+        drop(counts);
+        // Hand what this sweep freed to the epoch now, so memory comes back promptly.
+        guard.flush();
+        removed
+    }
+
+    /// Every node, for a table no one else can use any more (its owner is dropping it).
+    pub(crate) fn for_each_exclusive(&mut self, mut f: impl FnMut(Node<'_, K>)) {
+        // SAFETY: `&mut self`: no other thread can reach the table.
+        #[allow(unsafe_code)]
+        let guard = unsafe { epoch::unprotected() };
+        for shard in self.shards.iter() {
+            let slots = shard.slots.load(Ordering::Relaxed, guard);
+            // SAFETY: exclusive access.
+            #[allow(unsafe_code)]
+            let Some(slots) = (unsafe { slots.as_ref() }) else {
+                continue;
+            };
+            for slot in slots.slots.iter() {
+                let found = slot.load(Ordering::Relaxed);
+                if let Some(ptr) = NonNull::new(found).filter(|_| found != tombstone()) {
+                    f(Node { ptr, _guard: PhantomData });
+                }
+            }
+        }
+    }
+}
+
+/// What [`Table::update`] or [`Table::sweep_shard`] does to a node.
+pub(crate) enum Change {
+    /// Nothing.
+    Keep,
+    /// Point the node at a newer policy with the same layout (see [`Policy::same_layout`]).
+    Repoint(Arc<Policy>),
+    /// Replace the node with a new one holding this state (the old one is retired already).
+    Replace(OwnedState),
+    /// Remove the key (its state is retired already).
+    Remove,
+}
+
+impl<K> Drop for Table<K> {
+    fn drop(&mut self) {
+        // SAFETY: `&mut self`: no reader is left, so nodes and arrays are freed at once.
+        #[allow(unsafe_code)]
+        let guard = unsafe { epoch::unprotected() };
+        for shard in self.shards.iter() {
+            let slots = shard.slots.swap(epoch::Shared::null(), Ordering::Relaxed, guard);
+            if slots.is_null() {
+                continue;
+            }
+            // SAFETY: exclusive access; the array and its nodes are ours to free.
+            #[allow(unsafe_code)]
+            unsafe {
+                let slots = slots.into_owned();
+                for slot in slots.slots.iter() {
+                    let node = slot.load(Ordering::Relaxed);
+                    if !node.is_null() && node != tombstone() {
+                        free_node(node);
+                    }
+                }
+            }
+        }
+    }
+}
