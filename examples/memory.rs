@@ -1,11 +1,23 @@
-//! Heap bytes per key, slidegate beside governor: `cargo run --release --example memory`.
+//! Heap bytes per key, slidegate beside governor, against issue 13's memory targets:
+//! `cargo run --release --example memory [-- --strict]`.
 //!
 //! A counting global allocator records live heap bytes; each configuration inserts 1,000,000
 //! `u64` keys into a fresh limiter and reports (heap after − heap before) / keys, which
 //! includes the map's table, its spare capacity and each key's state: what a process
-//! really pays. Prints one markdown table.
+//! really pays. governor 0.10 runs keyed (one DashMap limiter per quota, its way of composing
+//! limits). Prints one markdown table; the targets are bounds on slidegate's total per key:
+//!
+//! - 10/s (one 1-second slot): ≤ 64 B;
+//! - 60/min at 1 s precision (60 slots): ≤ 192 B;
+//! - 1000/min at 1 s precision (60 slots): ≤ 320 B.
+//!
+//! The other rows (three limits, the fixed window, GCRA) have no target and are there for
+//! comparison. The last line counts the targets met and missed. Memory is deterministic, so
+//! `--strict` makes the process exit with status 1 when a bound is missed (without it, the
+//! exit status is 0 either way).
 
 use std::num::NonZeroU32;
+use std::process::ExitCode;
 use std::time::Duration;
 
 use governor::{Quota, RateLimiter};
@@ -55,7 +67,26 @@ fn nonzero(n: u32) -> NonZeroU32 {
     NonZeroU32::new(n).unwrap_or(NonZeroU32::MIN)
 }
 
-fn main() -> Result<(), ConfigError> {
+/// One row of the table.
+struct Config {
+    name: &'static str,
+    algorithm: Algorithm,
+    limits: Vec<Limit>,
+    quotas: Vec<Quota>,
+    /// Issue 13's bound on slidegate's total bytes per key, if any.
+    target: Option<f64>,
+}
+
+fn main() -> Result<ExitCode, ConfigError> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let strict = args.iter().any(|a| a == "--strict");
+    let command = if args.is_empty() {
+        String::from("cargo run --release --example memory")
+    } else {
+        format!("cargo run --release --example memory -- {}", args.join(" "))
+    };
+
+    let second = Duration::from_secs(1);
     let three = vec![
         Limit::per_second(10),
         Limit::per_minute(120),
@@ -63,33 +94,102 @@ fn main() -> Result<(), ConfigError> {
     ];
     let three_quotas =
         vec![Quota::per_second(nonzero(10)), Quota::per_minute(nonzero(120)), Quota::per_hour(nonzero(240))];
-    let minute = vec![Limit::per_minute(60)];
+    let minute = vec![Limit::per_minute(60).precision(second)];
     let minute_quota = vec![Quota::per_minute(nonzero(60))];
     let sliding = Algorithm::SlidingWindow;
     let configs = [
-        ("10/s", sliding, vec![Limit::per_second(10)], vec![Quota::per_second(nonzero(10))]),
-        ("60/min at 1 s precision", sliding, minute.clone(), minute_quota.clone()),
-        ("10/s + 120/min + 240/h@1min", sliding, three.clone(), three_quotas.clone()),
-        ("60/min", Algorithm::FixedWindow, minute.clone(), minute_quota.clone()),
-        ("60/min", Algorithm::Gcra, minute, minute_quota),
-        ("10/s + 120/min + 240/h", Algorithm::Gcra, three, three_quotas),
+        Config {
+            name: "10/s",
+            algorithm: sliding,
+            limits: vec![Limit::per_second(10).precision(second)],
+            quotas: vec![Quota::per_second(nonzero(10))],
+            target: Some(64.0),
+        },
+        Config {
+            name: "60/min at 1 s precision",
+            algorithm: sliding,
+            limits: minute.clone(),
+            quotas: minute_quota.clone(),
+            target: Some(192.0),
+        },
+        Config {
+            name: "1000/min at 1 s precision",
+            algorithm: sliding,
+            limits: vec![Limit::per_minute(1000).precision(second)],
+            quotas: vec![Quota::per_minute(nonzero(1000))],
+            target: Some(320.0),
+        },
+        Config {
+            name: "10/s + 120/min + 240/h@1min",
+            algorithm: sliding,
+            limits: three.clone(),
+            quotas: three_quotas.clone(),
+            target: None,
+        },
+        Config {
+            name: "60/min",
+            algorithm: Algorithm::FixedWindow,
+            limits: minute.clone(),
+            quotas: minute_quota.clone(),
+            target: None,
+        },
+        Config {
+            name: "60/min",
+            algorithm: Algorithm::Gcra,
+            limits: minute,
+            quotas: minute_quota,
+            target: None,
+        },
+        Config {
+            name: "10/s + 120/min + 240/h",
+            algorithm: Algorithm::Gcra,
+            limits: three,
+            quotas: three_quotas,
+            target: None,
+        },
     ];
-    println!("Heap per key, {KEYS} u64 keys (`cargo run --release --example memory`):\n");
+
+    println!("## `{command}`\n");
     println!(
-        "| policy | algorithm | slots per key | slidegate state | slidegate total | governor total | ratio |"
+        "Heap per key (table, spare capacity and state), {KEYS} u64 keys, slidegate beside governor 0.10:\n"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|");
-    for (name, algorithm, limits, quotas) in configs {
-        let slots = match algorithm {
-            Algorithm::SlidingWindow => limits.iter().map(Limit::slots).sum::<u64>().to_string(),
+    println!(
+        "| policy | algorithm | slots per key | slidegate state | slidegate total | governor total | ratio | target |"
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|---|");
+    let (mut met, mut missed) = (0, 0);
+    for config in configs {
+        let slots = match config.algorithm {
+            Algorithm::SlidingWindow => config.limits.iter().map(Limit::slots).sum::<u64>().to_string(),
             _ => "—".to_owned(),
         };
-        let (ours, state) = slidegate(algorithm, &limits)?;
-        let theirs = governor(&quotas);
+        let (ours, state) = slidegate(config.algorithm, &config.limits)?;
+        let theirs = governor(&config.quotas);
+        let target = match config.target {
+            Some(bound) if ours <= bound => {
+                met += 1;
+                format!("≤ {bound} B: met")
+            }
+            Some(bound) => {
+                missed += 1;
+                format!("≤ {bound} B: missed")
+            }
+            None => String::from("—"),
+        };
         println!(
-            "| {name} | {algorithm:?} | {slots} | {state} B | {ours:.0} B | {theirs:.0} B | {:.2} |",
+            "| {} | {:?} | {slots} | {state} B | {ours:.0} B | {theirs:.0} B | {:.2} | {target} |",
+            config.name,
+            config.algorithm,
             ours / theirs
         );
     }
-    Ok(())
+    println!(
+        "\n{met} targets met, {missed} missed{}",
+        match (strict, missed) {
+            (true, 0) => " (--strict: exit status 0)",
+            (true, _) => " (--strict: exit status 1)",
+            (false, _) => "",
+        }
+    );
+    Ok(if strict && missed > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS })
 }

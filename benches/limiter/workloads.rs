@@ -26,9 +26,15 @@ pub const FEW_KEYS: u64 = 1_000;
 /// The policy a contender enforces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Policy {
-    /// Never refuses during a benchmark (4·10⁹ per second, 10⁹ per second for governor, whose
+    /// One slot (precision = window = 1 s, which is also `Limit::per_second`'s default) that
+    /// never refuses during a benchmark (4·10⁹ per second, 10⁹ per second for governor, whose
     /// GCRA needs a whole nanosecond per unit): measures the admitting path.
     Open,
+    /// A per-minute limit in sixty 1-second slots (`Limit::per_minute`'s default precision)
+    /// that never refuses during a benchmark: 4·10⁹ per minute, and governor's equivalent
+    /// quota, 4·10⁹ per minute (15 ns per unit). Measures the admitting path of a key with a
+    /// 60-slot ring, the shape of `per_minute(60)`, whatever the number of checks per key.
+    Minute,
     /// One unit per hour, already used: measures the refusing path.
     Closed,
     /// 10/s + 120/min + 240/h at 1-minute precision (governor: three keyed limiters checked in
@@ -49,7 +55,10 @@ impl Slidegate {
     pub fn new(policy: Policy) -> Slidegate {
         let builder = Limiter::<u64>::builder();
         let builder = match policy {
-            Policy::Open => builder.limit(Limit::per_second(4_000_000_000)),
+            Policy::Open => builder.limit(Limit::per_second(4_000_000_000).precision(Duration::from_secs(1))),
+            Policy::Minute => {
+                builder.limit(Limit::per_minute(4_000_000_000).precision(Duration::from_secs(1)))
+            }
             Policy::Closed => builder.limit(Limit::per_hour(1)),
             Policy::ThreeLimits => builder
                 .limit(Limit::per_second(10))
@@ -98,6 +107,7 @@ impl Governor {
     pub fn new(policy: Policy) -> Governor {
         let quotas = match policy {
             Policy::Open => vec![Quota::per_second(nonzero(1_000_000_000))],
+            Policy::Minute => vec![Quota::per_minute(nonzero(4_000_000_000))],
             Policy::Closed => vec![Quota::per_hour(nonzero(1))],
             Policy::ThreeLimits => vec![
                 Quota::per_second(nonzero(10)),
@@ -154,17 +164,26 @@ pub fn hot_key(c: &impl Contender, iters: u64) -> Duration {
     start.elapsed()
 }
 
-/// `iters` checks cycling through `keys`.
-fn run_cycle(c: &impl Contender, keys: &[u64], iters: u64) {
-    for &key in keys.iter().cycle().take(iters as usize) {
+/// `iters` checks cycling through `keys`, starting at index `from`; returns where the next
+/// run should start.
+fn run_cycle(c: &impl Contender, keys: &[u64], from: usize, iters: u64) -> usize {
+    let from = if from < keys.len() { from } else { 0 };
+    let tail = keys.get(from..).unwrap_or_default();
+    for &key in tail.iter().chain(keys.iter().cycle()).take(iters as usize) {
         black_box(c.check(black_box(key)));
+    }
+    match keys.len() {
+        0 => 0,
+        n => (from + (iters % n as u64) as usize) % n,
     }
 }
 
-/// One thread cycling through `keys` (already inserted).
-pub fn cycle(c: &impl Contender, keys: &[u64], iters: u64) -> Duration {
+/// One thread cycling through `keys` (already inserted), starting where the previous run on
+/// the same cursor stopped: successive runs of fewer checks than keys (1 M keys) walk the
+/// whole set instead of the same prefix, which would stay in the caches.
+pub fn cycle(c: &impl Contender, keys: &[u64], cursor: &mut usize, iters: u64) -> Duration {
     let start = Instant::now();
-    run_cycle(c, keys, iters);
+    *cursor = run_cycle(c, keys, *cursor, iters);
     start.elapsed()
 }
 
@@ -177,7 +196,7 @@ pub fn two_threads<C: Contender>(c: &Arc<C>, iters: u64, keys: impl Fn(usize) ->
             let (c, barrier, keys) = (Arc::clone(c), Arc::clone(&barrier), keys(t));
             thread::spawn(move || {
                 barrier.wait();
-                run_cycle(&*c, &keys, iters);
+                run_cycle(&*c, &keys, 0, iters);
             })
         })
         .collect();
