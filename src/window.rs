@@ -654,6 +654,50 @@ impl OwnedState {
         KeyState { words: &self.words, policy: &self.policy }
     }
 
+    /// [`KeyState::check`] on these counters (for the loom models and unit tests, which own
+    /// their states).
+    #[cfg(any(test, slidegate_loom))]
+    pub fn check(&self, policy: &Policy, now: u64, cost: u64, commit: bool) -> Outcome {
+        self.state().check(policy, now, cost, commit)
+    }
+
+    /// [`KeyState::check_many`] on owned states.
+    #[cfg(any(test, slidegate_loom))]
+    pub fn check_many(states: &[&OwnedState], now: u64, cost: u64) -> (Outcome, usize) {
+        let views: Vec<KeyState<'_>> = states.iter().map(|s| s.state()).collect();
+        KeyState::check_many(&views, now, cost)
+    }
+
+    /// [`KeyState::retire`].
+    #[cfg(any(test, slidegate_loom))]
+    pub fn retire(&self, policy: &Policy, now: u64) -> bool {
+        self.state().retire(policy, now)
+    }
+
+    /// [`KeyState::retire_now`].
+    #[cfg(any(test, slidegate_loom))]
+    pub fn retire_now(&self, policy: &Policy) {
+        self.state().retire_now(policy);
+    }
+
+    /// [`KeyState::is_retired`].
+    #[cfg(any(test, slidegate_loom))]
+    pub fn is_retired(&self) -> bool {
+        self.state().is_retired()
+    }
+
+    /// [`KeyState::is_expired`].
+    #[cfg(any(test, slidegate_loom))]
+    pub fn is_expired(&self, policy: &Policy, now: u64) -> bool {
+        self.state().is_expired(policy, now)
+    }
+
+    /// [`KeyState::migrate`].
+    #[cfg(any(test, slidegate_loom))]
+    pub fn migrate(&self, newer: &Arc<Policy>, now: u64, carry: Carry) -> OwnedState {
+        self.state().migrate(newer, now, carry)
+    }
+
     /// The policy and the words' values, for a state no other thread has seen.
     pub(crate) fn into_parts(self) -> (Arc<Policy>, Vec<u64>) {
         // Relaxed: unshared (the caller owns it).
@@ -1699,8 +1743,7 @@ mod tests {
         // 45 s into this minute the estimate is 250 + 400 × 15/60 = 350: allowed, 149 left.
         let limit = Limit::per_minute(500).precision(Duration::from_secs(60));
         let policy = Policy::new(&[limit]).unwrap_or_else(|e| panic!("{e}"));
-        let state_owned = OwnedState::new(&policy, 0);
-        let state = state_owned.state();
+        let state = OwnedState::new(&policy, 0);
         assert!(decided(state.check(&policy, 10 * S, 400, true)).is_allowed());
         assert!(decided(state.check(&policy, 104 * S, 250, true)).is_allowed());
         let d = decided(state.check(&policy, 105 * S, 1, true));
@@ -1712,8 +1755,7 @@ mod tests {
     fn history_survives_a_jump_longer_than_the_ring() {
         let policy =
             Policy::new(&[Limit::per_second(3), Limit::per_minute(5)]).unwrap_or_else(|e| panic!("{e}"));
-        let state_owned = OwnedState::new(&policy, 0);
-        let state = state_owned.state();
+        let state = OwnedState::new(&policy, 0);
         for _ in 0..3 {
             assert!(decided(state.check(&policy, 0, 1, true)).is_allowed());
         }
@@ -1755,8 +1797,7 @@ mod tests {
     #[test]
     fn expired_state_asks_for_a_reset() {
         let policy = Policy::new(&[Limit::per_second(1)]).unwrap_or_else(|e| panic!("{e}"));
-        let state_owned = OwnedState::new(&policy, 0);
-        let state = state_owned.state();
+        let state = OwnedState::new(&policy, 0);
         assert!(decided(state.check(&policy, 0, 1, true)).is_allowed());
         assert!(!state.is_expired(&policy, S));
         assert!(state.is_expired(&policy, 2 * S));
@@ -1767,8 +1808,7 @@ mod tests {
     #[test]
     fn only_an_expired_state_retires_and_then_every_check_starts_over() {
         let policy = Policy::new(&[Limit::per_second(1)]).unwrap_or_else(|e| panic!("{e}"));
-        let state_owned = OwnedState::new(&policy, 0);
-        let state = state_owned.state();
+        let state = OwnedState::new(&policy, 0);
         assert!(decided(state.check(&policy, 0, 1, true)).is_allowed());
         assert!(!state.retire(&policy, S), "1 s after its last unit the key still counts");
         assert!(state.retire(&policy, 2 * S));
@@ -1778,13 +1818,11 @@ mod tests {
         for commit in [true, false] {
             assert_eq!(state.check(&policy, 2 * S, 1, commit), Outcome::Retired);
         }
-        let reset_owned = OwnedState::new(&policy, 0);
-        let reset = reset_owned.state();
+        let reset = OwnedState::new(&policy, 0);
         reset.retire_now(&policy);
         assert_eq!(reset.check(&policy, 0, 1, true), Outcome::Retired);
         // A clock saturated at the end of time is not the RETIRED marker.
-        let late_owned = OwnedState::new(&policy, u64::MAX);
-        let late = late_owned.state();
+        let late = OwnedState::new(&policy, u64::MAX);
         assert!(decided(late.check(&policy, u64::MAX, 1, true)).is_allowed());
         assert!(!late.is_retired());
     }

@@ -10,7 +10,7 @@ mod imp {
     use std::fmt::Debug;
     use std::sync::{Arc, Mutex};
 
-    use slidegate::model::{Algorithm, KeyState, Outcome, Policy};
+    use slidegate::model::{Algorithm, Outcome, OwnedState, Policy};
     use slidegate::{Accuracy, Decision, Limit, MAX_LOG_UNITS};
 
     /// One millisecond and one second, in the nanoseconds `KeyState` takes.
@@ -31,18 +31,18 @@ mod imp {
     }
 
     /// Counts `cost` units at `now` (must not be expired).
-    pub fn take(state: &KeyState, policy: &Policy, now: u64, cost: u64) -> Decision {
+    pub fn take(state: &OwnedState, policy: &Policy, now: u64, cost: u64) -> Decision {
         decided(state.check(policy, now, cost, true))
     }
 
     /// A cost-1 peek: writes nothing; `remaining()` is as if one more unit were admitted.
-    pub fn peek(state: &KeyState, policy: &Policy, now: u64) -> Decision {
+    pub fn peek(state: &OwnedState, policy: &Policy, now: u64) -> Decision {
         decided(state.check(policy, now, 1, false))
     }
 
     /// One thread per cost against a fresh state (created at 0) under `limits`, all
     /// counting at `now`; the state and the decisions, in cost order.
-    pub fn race(limits: &[Limit], now: u64, costs: &[u64]) -> (loom::sync::Arc<KeyState>, Vec<Decision>) {
+    pub fn race(limits: &[Limit], now: u64, costs: &[u64]) -> (loom::sync::Arc<OwnedState>, Vec<Decision>) {
         race_with(limits, Algorithm::SlidingWindow, now, costs)
     }
 
@@ -52,7 +52,7 @@ mod imp {
     /// A cost-0 peek reports the room of the *tightest* limit, so it is taken through a probe
     /// policy with the same layout (same windows, precisions and accuracies, hence the same
     /// words) in which limit `j` is the tightest by far: `j` gets max 1000, the others 10⁶.
-    pub fn units(state: &KeyState, limits: &[Limit], j: usize, now: u64) -> u64 {
+    pub fn units(state: &OwnedState, limits: &[Limit], j: usize, now: u64) -> u64 {
         const PROBE: u64 = 1000;
         let probe: Vec<Limit> = limits
             .iter()
@@ -87,9 +87,9 @@ mod imp {
         algorithm: Algorithm,
         now: u64,
         costs: &[u64],
-    ) -> (loom::sync::Arc<KeyState>, Vec<Decision>) {
+    ) -> (loom::sync::Arc<OwnedState>, Vec<Decision>) {
         let policy = policy_with(limits, algorithm);
-        let state = loom::sync::Arc::new(KeyState::new(&policy, 0));
+        let state = loom::sync::Arc::new(OwnedState::new(&policy, 0));
         let handles: Vec<_> = costs
             .iter()
             .map(|&cost| {
@@ -104,7 +104,7 @@ mod imp {
     /// The decisions of `costs` taken one after another at `now` on a fresh state (created
     /// at 0): what a race at a frozen clock must be equivalent to.
     pub fn sequential(policy: &Arc<Policy>, now: u64, costs: &[u64]) -> Vec<Decision> {
-        let state = KeyState::new(policy, 0);
+        let state = OwnedState::new(policy, 0);
         costs.iter().map(|&cost| take(&state, policy, now, cost)).collect()
     }
 
@@ -149,7 +149,7 @@ mod imp {
     /// * GCRA: the word is a time whose meaning depends on the interval (`window / max`), so
     ///   the others get 10⁶ units per 1000 windows: a burst so long that whatever they hold
     ///   leaves them about 10⁶ units of room.
-    pub fn units_with(state: &KeyState, algorithm: Algorithm, limits: &[Limit], j: usize, now: u64) -> u64 {
+    pub fn units_with(state: &OwnedState, algorithm: Algorithm, limits: &[Limit], j: usize, now: u64) -> u64 {
         if algorithm == Algorithm::SlidingWindow {
             return units(state, limits, j, now);
         }

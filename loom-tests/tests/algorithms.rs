@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use loom::sync::Arc;
 use loom::thread;
-use slidegate::model::{Algorithm, KeyState, Outcome, Policy};
+use slidegate::model::{Algorithm, Outcome, OwnedState, Policy};
 use slidegate::{Decision, Denial, Limit};
 use slidegate_loom_tests::{
     assert_sequential, peek, policy_with, race_with, sequential, take, units_with, Reached, MS,
@@ -97,7 +97,7 @@ fn two_threads_at_the_limit(algorithm: Algorithm) {
     loom::model(move || {
         let limits = [Limit::per_second(2)];
         let policy = policy_with(&limits, algorithm);
-        let state = Arc::new(KeyState::new(&policy, 0));
+        let state = Arc::new(OwnedState::new(&policy, 0));
         let spawn = || {
             let (state, policy) = (Arc::clone(&state), policy.clone());
             thread::spawn(move || [take(&state, &policy, NOW, 1), take(&state, &policy, NOW, 1)])
@@ -227,7 +227,7 @@ fn check_vs_retire_now(algorithm: Algorithm, limits: Vec<Limit>) {
     loom::model(move || {
         let policy = policy_with(&limits, algorithm);
         let want = sequential(&policy, NOW, &[1, 1])[1];
-        let state = Arc::new(KeyState::new(&policy, 0));
+        let state = Arc::new(OwnedState::new(&policy, 0));
         assert!(take(&state, &policy, NOW, 1).is_allowed());
         let checker = {
             let (state, policy) = (Arc::clone(&state), policy.clone());
@@ -273,7 +273,7 @@ fn check_vs_retire(algorithm: Algorithm, limits: Vec<Limit>) {
     loom::model(move || {
         let policy = policy_with(&limits, algorithm);
         let fresh = |policy: &std::sync::Arc<Policy>| {
-            let state = KeyState::new(policy, 0);
+            let state = OwnedState::new(policy, 0);
             assert!(take(&state, policy, 0, 1).is_allowed());
             state
         };
@@ -317,7 +317,7 @@ fn assert_decided_or_retired(outcome: Outcome, want: Decision) -> bool {
 }
 
 /// After a retirement: the state says so, and every check on it starts over on the map.
-fn assert_stays_retired(state: &KeyState, policy: &std::sync::Arc<Policy>, now: u64) {
+fn assert_stays_retired(state: &OwnedState, policy: &std::sync::Arc<Policy>, now: u64) {
     assert!(state.is_retired());
     for (cost, commit) in [(1, true), (1, false), (0, false)] {
         assert_eq!(state.check(policy, now, cost, commit), Outcome::Retired);

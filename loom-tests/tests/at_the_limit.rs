@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use loom::sync::Arc;
 
-use slidegate::model::KeyState;
+use slidegate::model::OwnedState;
 use slidegate::{Decision, Limit};
 use slidegate_loom_tests::{peek, policy, units, Reached, MS, S};
 
@@ -20,7 +20,7 @@ use slidegate_loom_tests::{peek, policy, units, Reached, MS, S};
 const NOW: u64 = 500 * MS;
 
 /// Runs one thread per cost against a fresh state, all at `NOW`; decisions in cost order.
-fn race(limit: Limit, costs: &'static [u64]) -> (Arc<KeyState>, Vec<Decision>) {
+fn race(limit: Limit, costs: &'static [u64]) -> (Arc<OwnedState>, Vec<Decision>) {
     slidegate_loom_tests::race(&[limit], NOW, costs)
 }
 

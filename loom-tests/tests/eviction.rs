@@ -1,11 +1,12 @@
-//! Loom models of expiry, retirement and eviction (`KeyState::retire`, and
-//! `Limiter::check_n`, `insert` and `Shared::sweep` in limiter.rs, with the per-thread
-//! cache of `cache.rs`): a check runs on a cached clone of the key's state with no lock, or
-//! under the shard's read lock; an expired key is replaced, and an idle key removed, only
-//! under the write lock and only if `retire` (a CAS on `touched`) succeeds; a check that
-//! finds its state retired, before or after its commit, starts over on the map. One shard
-//! holding one key is modelled as `RwLock<Option<KeyState>>`, and the limiter's code paths
-//! are copied step for step.
+//! Loom models of expiry, retirement and eviction (`KeyState::retire`, and the retire
+//! protocol of `Limiter::decide`, `renew` and `Shared::sweep` in limiter.rs over the key
+//! table of table.rs): a check runs with no lock on a node it found, which the table may
+//! take out meanwhile (the epoch keeps it allocated; here an `Arc` does); an expired key is
+//! replaced, and an idle key removed, only under the shard's lock and only if `retire` (a
+//! CAS on `touched`) succeeds; a check that finds its state retired, before or after its
+//! commit, starts over on the table. One shard holding one key is modelled as
+//! `RwLock<Option<Arc<OwnedState>>>` (the table itself, with its epoch, is not modelled by
+//! loom yet), and the limiter's steps are followed one for one.
 //! The property: a unit a check admitted is never dropped while it is still inside its
 //! window as of the sweeper's clock, and a replacement never throws away another check's
 //! unit.
@@ -17,12 +18,12 @@
 
 use loom::sync::{Arc, RwLock};
 use loom::thread;
-use slidegate::model::{KeyState, Outcome, Policy};
+use slidegate::model::{Outcome, OwnedState, Policy};
 use slidegate::{Decision, Limit};
 use slidegate_loom_tests::{decided, policy, take, units, Reached, MS, S};
 
 /// One map shard holding (or not) the one key of the model.
-type Shard = RwLock<Option<KeyState>>;
+type Shard = RwLock<Option<Arc<OwnedState>>>;
 
 /// `Limiter::check_n` (cost within every max) followed by `Limiter::insert`, on one shard.
 /// `cached`: the clone of the key's state this thread's cache holds, if any.
@@ -31,7 +32,7 @@ fn check_n(
     policy: &std::sync::Arc<Policy>,
     now: u64,
     cost: u64,
-    cached: Option<&KeyState>,
+    cached: Option<&OwnedState>,
 ) -> Decision {
     // `cache::with_cached`: no lock at all.
     if let Some(state) = cached {
@@ -50,7 +51,7 @@ fn check_n(
         // Expired: `map.get_mut`, retire, replace, and check again.
         if let Some(state) = shard.write().unwrap().as_mut() {
             if state.retire(policy, now) || state.is_retired() {
-                *state = KeyState::new(policy, now);
+                *state = Arc::new(OwnedState::new(policy, now));
             }
         }
     }
@@ -59,16 +60,16 @@ fn check_n(
     match guard.as_mut() {
         Some(state) => {
             if state.retire(policy, now) {
-                *state = KeyState::new(policy, now);
+                *state = Arc::new(OwnedState::new(policy, now));
             }
             // The limiter answers `Expired`/`Retired` here with an uncounted admission;
             // under the write lock, right after the retirement, it must be unreachable.
             decided(state.check(policy, now, cost, true))
         }
         None => {
-            let state = KeyState::new(policy, now);
+            let state = OwnedState::new(policy, now);
             let decision = decided(state.check(policy, now, cost, true));
-            *guard = Some(state);
+            *guard = Some(Arc::new(state));
             decision
         }
     }
@@ -90,11 +91,11 @@ fn sweep(shard: &Shard, policy: &std::sync::Arc<Policy>, now: u64) -> bool {
 
 /// A shard holding a key created at 0 with `prior` units taken at the given times.
 fn prepared(policy: &std::sync::Arc<Policy>, prior: &[u64]) -> Arc<Shard> {
-    let state = KeyState::new(policy, 0);
+    let state = OwnedState::new(policy, 0);
     for &at in prior {
         assert!(take(&state, policy, at, 1).is_allowed());
     }
-    Arc::new(RwLock::new(Some(state)))
+    Arc::new(RwLock::new(Some(Arc::new(state))))
 }
 
 /// Runs a check at `check_at` against a sweep at `sweep_at`; returns the check's decision

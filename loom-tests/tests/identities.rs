@@ -11,7 +11,7 @@
 
 use loom::sync::Arc;
 
-use slidegate::model::{KeyState, Outcome, Policy};
+use slidegate::model::{Outcome, OwnedState, Policy};
 use slidegate::Limit;
 use slidegate_loom_tests::{peek, policy, Reached, MS};
 
@@ -25,9 +25,9 @@ fn admitted(outcome: (Outcome, usize)) -> bool {
 }
 
 /// Two fresh keys under `limit`, shared by the threads with the policy.
-fn two_keys(limit: Limit) -> (Arc<(KeyState, KeyState)>, std::sync::Arc<Policy>) {
+fn two_keys(limit: Limit) -> (Arc<(OwnedState, OwnedState)>, std::sync::Arc<Policy>) {
     let policy = policy(&[limit]);
-    let states = Arc::new((KeyState::new(&policy, 0), KeyState::new(&policy, 0)));
+    let states = Arc::new((OwnedState::new(&policy, 0), OwnedState::new(&policy, 0)));
     (states, policy)
 }
 
@@ -42,7 +42,7 @@ fn opposite_orders_share_the_last_unit() {
             loom::thread::spawn(move || {
                 let (a, b) = (&states.0, &states.1);
                 let keys = if first { [a, b] } else { [b, a] };
-                admitted(KeyState::check_many(&keys, NOW, 1))
+                admitted(OwnedState::check_many(&keys, NOW, 1))
             })
         };
         let (t1, t2) = (spawn(true), spawn(false));
@@ -73,11 +73,11 @@ fn a_single_key_check_races_a_request_on_two_keys() {
         let (states, p) = two_keys(Limit::per_second(1));
         let both = {
             let states = Arc::clone(&states);
-            loom::thread::spawn(move || admitted(KeyState::check_many(&[&states.0, &states.1], NOW, 1)))
+            loom::thread::spawn(move || admitted(OwnedState::check_many(&[&states.0, &states.1], NOW, 1)))
         };
         let alone = {
             let states = Arc::clone(&states);
-            loom::thread::spawn(move || admitted(KeyState::check_many(&[&states.1], NOW, 1)))
+            loom::thread::spawn(move || admitted(OwnedState::check_many(&[&states.1], NOW, 1)))
         };
         let (both, alone) = (both.join().unwrap(), alone.join().unwrap());
         // Key 1 has one unit: exactly one of the two requests gets it.

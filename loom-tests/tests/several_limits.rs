@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use loom::sync::Arc;
 use loom::thread;
-use slidegate::model::KeyState;
+use slidegate::model::OwnedState;
 use slidegate::{Decision, Denial, Limit};
 use slidegate_loom_tests::{peek, policy, take, units, Reached, MS};
 
@@ -22,13 +22,13 @@ use slidegate_loom_tests::{peek, policy, take, units, Reached, MS};
 const NOW: u64 = 500 * MS;
 
 /// One thread per cost against a fresh state under `limits`, all at `NOW`.
-fn race(limits: &[Limit], costs: &'static [u64]) -> (Arc<KeyState>, Vec<Decision>) {
+fn race(limits: &[Limit], costs: &'static [u64]) -> (Arc<OwnedState>, Vec<Decision>) {
     slidegate_loom_tests::race(limits, NOW, costs)
 }
 
 /// Checks the state `race` left: each limit counts exactly the admitted units, and that is
 /// within its max. Returns the admitted units.
-fn assert_exact(state: &KeyState, limits: &[Limit], costs: &[u64], d: &[Decision]) -> u64 {
+fn assert_exact(state: &OwnedState, limits: &[Limit], costs: &[u64], d: &[Decision]) -> u64 {
     let admitted: u64 = costs.iter().zip(d).filter(|(_, d)| d.is_allowed()).map(|(c, _)| c).sum();
     for (j, limit) in limits.iter().enumerate() {
         let held = units(state, limits, j, NOW);
@@ -95,7 +95,7 @@ fn rollback_after_the_slot_closed_over_counts_at_most_its_cost() {
     loom::model(|| {
         let limits = closer_and_gate();
         let policy = policy(&limits);
-        let state = Arc::new(KeyState::new(&policy, 0));
+        let state = Arc::new(OwnedState::new(&policy, 0));
         let spawn = |now| {
             let (state, policy) = (Arc::clone(&state), policy.clone());
             thread::spawn(move || take(&state, &policy, now, 1))
@@ -133,7 +133,7 @@ fn rollback_races_a_closer() {
     loom::model(|| {
         let limits = closer_and_gate();
         let policy = policy(&limits);
-        let state = Arc::new(KeyState::new(&policy, 0));
+        let state = Arc::new(OwnedState::new(&policy, 0));
         let t = {
             let (state, policy) = (Arc::clone(&state), policy.clone());
             thread::spawn(move || take(&state, &policy, 600 * MS, 1))

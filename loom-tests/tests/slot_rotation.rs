@@ -14,15 +14,15 @@ use std::time::Duration;
 
 use loom::sync::Arc;
 use loom::thread;
-use slidegate::model::KeyState;
+use slidegate::model::OwnedState;
 use slidegate::{Decision, Limit};
 use slidegate_loom_tests::{peek, policy, take, units, Reached, MS};
 
 /// A (stale) at `a`, B at the later `b`, on a state created at `prior` that already holds
 /// one unit taken then. Returns the state and both decisions.
-fn race(limit: Limit, prior: u64, a: u64, b: u64) -> (Arc<KeyState>, Decision, Decision) {
+fn race(limit: Limit, prior: u64, a: u64, b: u64) -> (Arc<OwnedState>, Decision, Decision) {
     let policy = policy(&[limit]);
-    let state = Arc::new(KeyState::new(&policy, prior));
+    let state = Arc::new(OwnedState::new(&policy, prior));
     assert!(take(&state, &policy, prior, 1).is_allowed());
     let spawn = |now| {
         let (state, policy) = (Arc::clone(&state), policy.clone());
@@ -71,7 +71,7 @@ fn two_closers_race_an_increment() {
     loom::model(|| {
         let limit = Limit::new(10, Duration::from_secs(2)).precision(Duration::from_secs(1)).strict();
         let policy = policy(&[limit]);
-        let state = Arc::new(KeyState::new(&policy, 200 * MS));
+        let state = Arc::new(OwnedState::new(&policy, 200 * MS));
         assert!(take(&state, &policy, 200 * MS, 1).is_allowed());
         let spawn = |now| {
             let (state, policy) = (Arc::clone(&state), policy.clone());
@@ -195,7 +195,7 @@ fn slot_jump_longer_than_the_ring() {
             Limit::new(10, Duration::from_secs(4)).precision(Duration::from_secs(4)).strict(),
         ];
         let policy = policy(&limits);
-        let state = Arc::new(KeyState::new(&policy, 400 * MS));
+        let state = Arc::new(OwnedState::new(&policy, 400 * MS));
         assert!(take(&state, &policy, 400 * MS, 1).is_allowed());
         let spawn = |now| {
             let (state, policy) = (Arc::clone(&state), policy.clone());
@@ -236,7 +236,7 @@ fn stale_closer_races_a_reused_ring_position() {
     loom::model(|| {
         let limit = Limit::per_second(4).strict();
         let policy = policy(&[limit]);
-        let state = Arc::new(KeyState::new(&policy, 900 * MS));
+        let state = Arc::new(OwnedState::new(&policy, 900 * MS));
         assert!(take(&state, &policy, 900 * MS, 1).is_allowed());
         let t = {
             let (state, policy) = (Arc::clone(&state), policy.clone());

@@ -24,12 +24,12 @@ use std::time::Duration;
 
 use loom::sync::Arc;
 use loom::thread;
-use slidegate::model::{KeyState, Outcome, Policy};
+use slidegate::model::{Outcome, OwnedState, Policy};
 use slidegate::{Decision, Limit};
 
 const MS: u64 = 1_000_000;
 
-fn take(state: &KeyState, policy: &Policy, now: u64, cost: u64) -> Decision {
+fn take(state: &OwnedState, policy: &Policy, now: u64, cost: u64) -> Decision {
     match state.check(policy, now, cost, true) {
         Outcome::Decided(d) => d,
         other => panic!("{other:?}"),
@@ -43,7 +43,7 @@ fn interpolated_retry_after_with_a_ring_overwritten_mid_check() {
     loom::model(move || {
         let policy = Policy::new(&[limit]).unwrap();
         let sequential = |b_first: usize| {
-            let s = KeyState::new(&policy, 0);
+            let s = OwnedState::new(&policy, 0);
             assert!(take(&s, &policy, 500 * MS, 2).is_allowed());
             assert!(take(&s, &policy, 1200 * MS, 1).is_allowed());
             for (i, at) in [3600, 5500].into_iter().enumerate().take(b_first) {
@@ -57,7 +57,7 @@ fn interpolated_retry_after_with_a_ring_overwritten_mid_check() {
     });
     loom::model(move || {
         let policy = Policy::new(&[limit]).unwrap();
-        let state = Arc::new(KeyState::new(&policy, 0));
+        let state = Arc::new(OwnedState::new(&policy, 0));
         assert!(take(&state, &policy, 500 * MS, 2).is_allowed());
         assert!(take(&state, &policy, 1200 * MS, 1).is_allowed());
         let b = {
