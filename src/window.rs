@@ -77,6 +77,10 @@ pub const MAX_IDENTITIES: usize = 4;
 
 const TOUCHED: usize = 0;
 
+/// A `sum` word's count once the units over a window no longer fit 32 bits (`pack`
+/// saturates): the sum is then added up from the ring, which holds every slot's count.
+const SUM_SATURATED: u64 = u32::MAX as u64;
+
 /// How many times a refused check starts over when a racing check moved the key on while
 /// its wait was being worked out (`admissible_at`); after that the wait it reports may be
 /// later than exact, never earlier.
@@ -1347,7 +1351,11 @@ impl<'a> KeyState<'a> {
             let oldest = self.word(rule.position(slot - rule.slots)).load(Ordering::Relaxed);
             let sum = rule.sum_word().map_or(pack(slot, 0), |at| self.word(at).load(Ordering::Relaxed));
             // Relaxed: both ordered by the Acquire load of `cur` above.
-            if tag_distance(tag_of(oldest), (slot - rule.slots) as u32) <= 0 && tag_of(sum) == slot as u32 {
+            // A saturated sum takes the slow path, which adds the ring up.
+            if tag_distance(tag_of(oldest), (slot - rule.slots) as u32) <= 0
+                && tag_of(sum) == slot as u32
+                && count_of(sum) != SUM_SATURATED
+            {
                 let oldest = if tag_of(oldest) == (slot - rule.slots) as u32 { count_of(oldest) } else { 0 };
                 let (current, full) = (count_of(seen), count_of(sum));
                 return View { slot, elapsed, seen, current, full, oldest, expired };
@@ -1393,6 +1401,9 @@ impl<'a> KeyState<'a> {
                 // Relaxed: ordered by the Acquire load of `cur` in `view`.
                 let sum = self.word(at).load(Ordering::Relaxed);
                 match tag_distance(tag_of(sum), slot as u32) {
+                    // A saturated sum (more than 2³²−1 units recorded over the window) no
+                    // longer says how many: add the ring up instead.
+                    0 if count_of(sum) == SUM_SATURATED => view.full = self.closed_units(rule, &view)?,
                     0 => view.full = count_of(sum),
                     d if d > 0 => return Err(slot + d as u64),
                     // Never written for this slot (cannot happen after `reset`/`commit`,
@@ -1438,7 +1449,9 @@ impl<'a> KeyState<'a> {
         // Relaxed: ordered by the Acquire load of `cur` in `view` (written before the CAS
         // that moved `cur` to `closed`).
         let sum = self.word(at).load(Ordering::Relaxed);
-        if tag_of(sum) != closed as u32 {
+        // A saturated sum no longer says how many units it held: subtracting the slots that
+        // leave would forget units still in the window.
+        if tag_of(sum) != closed as u32 || count_of(sum) == SUM_SATURATED {
             return Ok(None);
         }
         let mut full = count_of(sum) + units;
