@@ -666,7 +666,7 @@ impl OwnedState {
     }
 
     /// [`KeyState::check_many`] on owned states.
-    #[cfg(any(test, slidegate_loom))]
+    #[cfg(slidegate_loom)]
     pub fn check_many(states: &[&OwnedState], now: u64, cost: u64) -> (Outcome, usize) {
         let views: Vec<KeyState<'_>> = states.iter().map(|s| s.state()).collect();
         KeyState::check_many(&views, now, cost)
@@ -697,7 +697,7 @@ impl OwnedState {
     }
 
     /// [`KeyState::migrate`].
-    #[cfg(any(test, slidegate_loom))]
+    #[cfg(slidegate_loom)]
     pub fn migrate(&self, newer: &Arc<Policy>, now: u64, carry: Carry) -> OwnedState {
         self.state().migrate(newer, now, carry)
     }
