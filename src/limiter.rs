@@ -357,11 +357,11 @@ where
         if shared.table.is_full() {
             return Err(Refused::Full);
         }
-        let node = shared.table.insert(hash, key, guard, |owned| {
+        let node = shared.table.insert(hash, key, now, guard, |owned| {
             // `set_policy` stores the override before it moves the key's state under this
             // mutex: either the move finds this state or this finds the override.
             let tier = self.override_of::<K>(owned).unwrap_or(tier);
-            OwnedState::new(&shared.tiers.current(tier), now)
+            shared.tiers.current(tier)
         })?;
         shared.metrics.keys(shared.table.len());
         Ok(node)

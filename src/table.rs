@@ -40,7 +40,7 @@ use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
 use crossbeam_utils::CachePadded;
 
 use crate::sync::AtomicU64;
-use crate::window::{KeyState, OwnedState, Policy};
+use crate::window::{fill_initial, initial_words, KeyState, OwnedState, Policy};
 
 /// Shards per table: a rebuild copies one shard's pointers (at 1 M keys, about 16 k, some
 /// tens of microseconds, during which only inserts into that shard wait).
@@ -51,17 +51,16 @@ const SHARD_SHIFT: u32 = u64::BITS - SHARDS.trailing_zeros();
 const SMALLEST: usize = 8;
 
 /// A key's node: this header, then its counters. `repr(C)`, so the counters start at
-/// `size_of::<Header<K>>()` (a multiple of 8: the header holds a `u64`).
+/// `size_of::<Header<K>>()`, rounded up to 8 (see [`words_at`]). No hash is kept: a lookup
+/// compares keys, and a rebuild hashes them again through [`Table::hash`].
 #[repr(C)]
 struct Header<K> {
-    hash: u64,
     /// The policy version the counters are laid out for, from `Arc::into_raw`: the node holds
-    /// one strong count of it. Swapped in place (under the shard's mutex) when a newer version
-    /// lays the counters out the same way; the count of the old one is given back through
-    /// the epoch, since readers may still hold it.
+    /// one strong count of it. Swapped in place (under the shard's mutex) for a newer version
+    /// that lays the counters out the same way (so `words_per_key` never changes in a node's
+    /// life); the count of the old one is given back through the epoch, since readers may
+    /// still hold it.
     policy: AtomicPtr<Policy>,
-    /// Counters behind the header (fixed for the node's life: a change of layout is a new node).
-    words: usize,
     key: K,
 }
 
@@ -110,16 +109,17 @@ impl<'g, K> Node<'g, K> {
     /// The key's counters, laid out for [`policy`](Self::policy).
     #[inline]
     pub(crate) fn state(&self) -> KeyState<'g> {
-        let words = self.header().words;
-        // SAFETY: the node was allocated with `layout::<K>(words)`: `words` initialised
-        // `AtomicU64`s start `size_of::<Header<K>>()` bytes in (`repr(C)`, 8-aligned), within
-        // the allocation `ptr` points to (whose provenance covers it all), valid for `'g`.
+        let policy = self.policy();
+        // SAFETY: the node was allocated by `new_node` with `policy.words_per_key()`
+        // initialised `AtomicU64`s at `words_at::<K>()` bytes in (every policy the node points
+        // to has the same layout), within the allocation `ptr` points to (whose provenance
+        // covers it all), valid for `'g`.
         #[allow(unsafe_code)]
         let words = unsafe {
-            let first = self.ptr.as_ptr().cast::<u8>().add(std::mem::size_of::<Header<K>>());
-            std::slice::from_raw_parts(first.cast::<AtomicU64>(), words)
+            let first = self.ptr.as_ptr().cast::<u8>().add(words_at::<K>());
+            std::slice::from_raw_parts(first.cast::<AtomicU64>(), policy.words_per_key())
         };
-        KeyState::from_parts(words, self.policy())
+        KeyState::from_parts(words, policy)
     }
 }
 
@@ -129,9 +129,16 @@ fn layout<K>(words: usize) -> Option<Layout> {
     Some(layout.pad_to_align())
 }
 
-/// A new node for `key`, holding `state`'s policy and counters.
-fn new_node<K>(hash: u64, key: K, state: OwnedState) -> *mut Header<K> {
-    let (policy, words) = state.into_parts();
+/// Where a node's counters start: the header's size rounded up to an `AtomicU64`'s alignment
+/// (what `Layout::extend` computes in [`layout`]).
+#[inline(always)]
+const fn words_at<K>() -> usize {
+    let align = std::mem::align_of::<AtomicU64>();
+    std::mem::size_of::<Header<K>>().next_multiple_of(align)
+}
+
+/// A new node for `key`: counters holding `words`, laid out for `policy`.
+fn new_node<K>(key: K, policy: Arc<Policy>, words: &[u64]) -> *mut Header<K> {
     // At most MAX_LIMITS limits of at most MAX_SLOTS slots: the layout always exists.
     let Some(layout) = layout::<K>(words.len()) else { std::process::abort() };
     // SAFETY: `layout` has a non-zero size (the header holds a u64). The header is written at
@@ -145,8 +152,8 @@ fn new_node<K>(hash: u64, key: K, state: OwnedState) -> *mut Header<K> {
         }
         let header = raw.cast::<Header<K>>();
         let policy = AtomicPtr::new(Arc::into_raw(policy).cast_mut());
-        header.write(Header { hash, policy, words: words.len(), key });
-        let first = raw.add(std::mem::size_of::<Header<K>>()).cast::<AtomicU64>();
+        header.write(Header { policy, key });
+        let first = raw.add(words_at::<K>()).cast::<AtomicU64>();
         for (i, &word) in words.iter().enumerate() {
             first.add(i).write(AtomicU64::new(word));
         }
@@ -161,14 +168,16 @@ fn new_node<K>(hash: u64, key: K, state: OwnedState) -> *mut Header<K> {
 /// (or a reference to it) is alive.
 #[allow(unsafe_code)]
 unsafe fn free_node<K>(node: *mut Header<K>) {
-    // SAFETY: per the contract, the node is initialised and ours alone.
+    // SAFETY: per the contract, the node is initialised and ours alone; its policy lays out
+    // as many words as `new_node` wrote.
     unsafe {
-        let words = (*node).words;
-        let first = node.cast::<u8>().add(std::mem::size_of::<Header<K>>()).cast::<AtomicU64>();
+        let policy = Arc::from_raw((*node).policy.load(Ordering::Relaxed).cast_const());
+        let words = policy.words_per_key();
+        drop(policy);
+        let first = node.cast::<u8>().add(words_at::<K>()).cast::<AtomicU64>();
         for i in 0..words {
             ptr::drop_in_place(first.add(i));
         }
-        drop(Arc::from_raw((*node).policy.load(Ordering::Relaxed).cast_const()));
         ptr::drop_in_place(node);
         if let Some(layout) = layout::<K>(words) {
             alloc::dealloc(node.cast::<u8>(), layout);
@@ -336,23 +345,23 @@ impl<K: Hash + Eq + Clone + Send + Sync> Table<K> {
                 continue;
             }
             let node = Node { ptr, _guard: PhantomData };
-            let header = node.header();
-            if header.hash == hash && header.key.borrow() == key {
+            if node.header().key.borrow() == key {
                 return Some((slot, node));
             }
         }
         None
     }
 
-    /// Inserts a node for `key` built by `make` (called under the shard's mutex, with the owned
-    /// key) unless the key is held already; either way, the key's node. Refused when the
-    /// table holds `max_keys` keys.
+    /// Inserts a node for `key` with a fresh state at `now` under the policy `policy_of`
+    /// chooses (called under the shard's mutex, with the owned key), unless the key is held
+    /// already; either way, the key's node. Refused when the table holds `max_keys` keys.
     pub(crate) fn insert<'g, Q>(
         &self,
         hash: u64,
         key: &Q,
+        now: u64,
         guard: &'g Guard,
-        make: impl FnOnce(&K) -> OwnedState,
+        policy_of: impl FnOnce(&K) -> Arc<Policy>,
     ) -> Result<Node<'g, K>, Refused>
     where
         K: Borrow<Q>,
@@ -374,8 +383,20 @@ impl<K: Hash + Eq + Clone + Send + Sync> Table<K> {
             return Err(Refused::Full);
         }
         let owned = key.to_owned();
-        let state = make(&owned);
-        let node = new_node(hash, owned, state);
+        let policy = policy_of(&owned);
+        // Small layouts (one limit of up to ~30 slots) start on the stack: no allocation
+        // beyond the node.
+        let mut small = [0u64; 32];
+        let node = match small.get_mut(..policy.words_per_key()) {
+            Some(words) => {
+                fill_initial(&policy, now, words);
+                new_node(owned, policy, words)
+            }
+            None => {
+                let words = initial_words(&policy, now);
+                new_node(owned, policy, &words)
+            }
+        };
         let mut free = None;
         for slot in slots.probe(hash) {
             // Relaxed: under the mutex, which orders every writer.
@@ -432,7 +453,7 @@ impl<K: Hash + Eq + Clone + Send + Sync> Table<K> {
                 }
                 // SAFETY: a node in the array under the mutex is alive.
                 #[allow(unsafe_code)]
-                let hash = unsafe { (*node).hash };
+                let hash = self.hash(unsafe { &(*node).key });
                 if let Some(free) = fresh.probe(hash).find(|s| s.load(Ordering::Relaxed).is_null()) {
                     free.store(node, Ordering::Relaxed);
                 }
@@ -509,7 +530,8 @@ impl<K: Hash + Eq + Clone + Send + Sync> Table<K> {
                 }
             }
             Change::Replace(state) => {
-                let fresh = new_node(node.header().hash, node.key().clone(), state);
+                let (policy, words) = state.into_parts();
+                let fresh = new_node(node.key().clone(), policy, &words);
                 // Release: as in `insert`.
                 slot.store(fresh, Ordering::Release);
                 Self::retire_node(node, guard);

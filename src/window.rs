@@ -713,16 +713,22 @@ impl OwnedState {
 /// The words of a fresh state of `policy` at `now` (ns): every window empty.
 pub(crate) fn initial_words(policy: &Policy, now: u64) -> Vec<u64> {
     let mut init = vec![0u64; policy.words];
-    set(&mut init, TOUCHED, now.min(RETIRED - 1));
+    fill_initial(policy, now, &mut init);
+    init
+}
+
+/// Writes a fresh state of `policy` at `now` into `init` (`policy.words_per_key()` long).
+pub(crate) fn fill_initial(policy: &Policy, now: u64, init: &mut [u64]) {
+    init.fill(0);
+    set(init, TOUCHED, now.min(RETIRED - 1));
     for rule in policy.rules.iter() {
         match policy.algorithm {
-            Algorithm::SlidingWindow => Sliding::reset(&mut init, rule, now),
-            Algorithm::FixedWindow => Fixed::reset(&mut init, rule, now),
-            Algorithm::SlidingLog => Log::reset(&mut init, rule, now),
-            Algorithm::Gcra => Gcra::reset(&mut init, rule, now),
+            Algorithm::SlidingWindow => Sliding::reset(init, rule, now),
+            Algorithm::FixedWindow => Fixed::reset(init, rule, now),
+            Algorithm::SlidingLog => Log::reset(init, rule, now),
+            Algorithm::Gcra => Gcra::reset(init, rule, now),
         }
     }
-    init
 }
 
 /// What a policy change does to the counts of a key whose state must be laid out anew
