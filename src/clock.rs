@@ -1,12 +1,31 @@
 //! Time for the limiter: one shared atomic holding nanoseconds since the clock's origin.
 //! The hot path reads that atomic and never the OS clock. Either a [`ManualClock`] sets it
-//! (tests, simulations) or a background ticker keeps it current from `quanta`.
+//! (tests, simulations) or the process's one ticker thread keeps it current from `quanta`.
+//!
+//! # The real clock: one ticker per process
+//! Every real-clock limiter reads the same atomic, and one thread (`slidegate-clock`) keeps
+//! it current, however many limiters there are. The first [`real_clock`] lease starts the
+//! thread; it ticks at the finest tick among the live leases
+//! ([`LimiterBuilder::clock_tick`](crate::LimiterBuilder::clock_tick)); dropping the last
+//! lease stops and joins it. Time is counted from one origin per process (taken once), so
+//! it never runs backwards when the ticker stops and starts again.
+//!
+//! A thread waking 1000 times a second costs about 2 % of a core on a virtual machine
+//! (examples/idle.rs measures it), so the ticker does not tick while nobody reads the clock:
+//! after [`AWAKE`] without being woken it sets the top bit of the atomic ([`STALE`]), which
+//! no time ever has (every clock stops at [`END_OF_TIME`] = 2⁶²), and parks. A read is
+//! still one load; the first read that sees the bit asks `quanta` itself (so its time is
+//! exact, not a tick late), clears the bit and wakes the ticker. A busy process therefore
+//! pays one such read per [`AWAKE`], an idle one no ticks at all. The sweeper's reads
+//! ([`quiet_reads`]) take the exact time without waking the ticker, so sweeping idle
+//! limiters does not keep it awake.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::thread::{self, JoinHandle, Thread};
 use std::time::Duration;
-
-use crate::background::Periodic;
 
 /// Where every clock stands still: 2⁶² ns (about 146 years) after its origin. With windows
 /// of at most [`MAX_WINDOW`](crate::MAX_WINDOW), every time computed from it (a slot's end,
@@ -14,18 +33,55 @@ use crate::background::Periodic;
 /// wrong answer (tests/uptime.rs runs the clock to this end).
 pub(crate) const END_OF_TIME: u64 = 1 << 62;
 
+/// The top bit of the real clock's atomic: set while the ticker sleeps (see the module's
+/// docs). No time has it: every clock stops at [`END_OF_TIME`] = 2⁶².
+const STALE: u64 = 1 << 63;
+
+/// How long the ticker keeps ticking after it was last woken by a read that found the clock
+/// stale. A busy process pays one wake-up (one `unpark`) per `AWAKE`.
+const AWAKE: Duration = Duration::from_millis(100);
+
 /// What the limiter reads on every check: nanoseconds since the clock's origin.
 ///
 /// Only the number itself is communicated (no other memory is published with it), so every
 /// access is `Relaxed`. Writers only ever raise it (`fetch_max`), so it never runs backwards,
-/// and never past [`END_OF_TIME`].
+/// and never past [`END_OF_TIME`]. The real clock's atomic may also carry [`STALE`]; a
+/// [`ManualClock`]'s never does.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Now(Arc<AtomicU64>);
 
 impl Now {
     #[inline]
     pub(crate) fn nanos(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
+        let seen = self.0.load(Ordering::Relaxed);
+        if seen & STALE == 0 {
+            return seen;
+        }
+        self.refresh(seen)
+    }
+
+    /// The real clock, read while its ticker sleeps: the exact time from `quanta`, stored
+    /// (clearing [`STALE`]) and the ticker woken, unless this thread reads quietly.
+    #[cold]
+    #[inline(never)]
+    fn refresh(&self, seen: u64) -> u64 {
+        let now = real_nanos();
+        if QUIET.with(Cell::get) {
+            // Not stored: the bit stays, the ticker sleeps on. Never earlier than stored.
+            return now.max(seen & !STALE);
+        }
+        // Relaxed: whoever clears the bit wakes the ticker, and `unpark` synchronizes with
+        // the `park` it ends (documented by std), so the ticker then sees the bit clear.
+        let before = self.0.fetch_and(!STALE, Ordering::Relaxed);
+        if before & STALE != 0 {
+            if let Some(ticker) = lock(&WAKER).as_ref() {
+                ticker.unpark();
+            }
+        }
+        // Relaxed: see the type. The ticker may (after a whole `AWAKE`) have set the bit
+        // again meanwhile: it is masked off the answer and left for the next reader.
+        let before = self.0.fetch_max(now, Ordering::Relaxed);
+        now.max(before & !STALE)
     }
 
     fn raise_to(&self, nanos: u64) {
@@ -113,16 +169,194 @@ impl ManualClock {
     }
 }
 
-/// The real clock: a thread wakes every `tick` and stores `quanta`'s monotonic time into the
-/// shared atomic. Reading it costs one load; its resolution is the tick.
-pub(crate) fn start_coarse_clock(tick: Duration) -> std::io::Result<(Now, Periodic)> {
-    let now = Now::default();
-    let clock = quanta::Clock::new();
-    let origin = clock.now();
-    let writer = now.clone();
-    let ticker = Periodic::spawn("slidegate-clock", tick, move || {
-        let elapsed = clock.now().saturating_duration_since(origin);
-        writer.raise_to(u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX));
-    })?;
-    Ok((now, ticker))
+/// Reads of the real clock on this thread never wake the ticker: a stale clock is read
+/// from `quanta` each time instead. For the sweeper thread, so that sweeping idle limiters
+/// does not keep the ticker awake.
+pub(crate) fn quiet_reads() {
+    QUIET.with(|quiet| quiet.set(true));
+}
+
+thread_local! {
+    static QUIET: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The process's real time: `quanta`'s clock, the origin every real-clock `Now` counts
+/// from (taken once, so time stays monotonic when the ticker stops and starts again), and
+/// the one atomic they all read.
+struct Source {
+    clock: quanta::Clock,
+    origin: quanta::Instant,
+    now: Arc<AtomicU64>,
+}
+
+fn source() -> &'static Source {
+    static SOURCE: OnceLock<Source> = OnceLock::new();
+    SOURCE.get_or_init(|| {
+        let clock = quanta::Clock::new();
+        let origin = clock.now();
+        // Stale until the first lease stores the time: a read before that asks `quanta`.
+        Source { clock, origin, now: Arc::new(AtomicU64::new(STALE)) }
+    })
+}
+
+/// Nanoseconds since the process's origin, at most [`END_OF_TIME`].
+fn real_nanos() -> u64 {
+    let source = source();
+    let elapsed = source.clock.now().saturating_duration_since(source.origin);
+    u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX).min(END_OF_TIME)
+}
+
+/// Locks a mutex of this module. Nothing under them can panic halfway through an update,
+/// so a poisoned lock (a panic elsewhere while it was held) is taken as it is.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The live leases and the ticker thread, if running. The ticker itself never takes this
+/// lock, so the last lease's drop joins it while holding it (and a new first lease waits
+/// for that join: never two tickers at once).
+struct Ticker {
+    /// Live leases by tick (in ns): the ticker ticks at the finest.
+    leases: BTreeMap<u64, usize>,
+    running: Option<Running>,
+}
+
+struct Running {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<()>,
+}
+
+static TICKER: Mutex<Ticker> = Mutex::new(Ticker { leases: BTreeMap::new(), running: None });
+
+/// The finest tick among the live leases, in ns; the ticker reads it before every sleep.
+static TICK: AtomicU64 = AtomicU64::new(1_000_000);
+
+/// The running ticker, for a read that finds the clock stale to wake it. Separate from
+/// [`TICKER`] so that such a read never waits for a join.
+static WAKER: Mutex<Option<Thread>> = Mutex::new(None);
+
+/// Keeps the process's ticker running (at `tick` or finer) while it lives; see
+/// [`real_clock`].
+#[derive(Debug)]
+pub(crate) struct ClockLease {
+    tick: u64,
+}
+
+/// The real clock: the `Now` every real-clock limiter reads, and a lease on the process's
+/// one ticker thread, which the first lease starts, which ticks at the finest `tick` among
+/// the live leases, and which the last lease's drop stops and joins. The time is current
+/// when this returns (also when the ticker had been stopped).
+pub(crate) fn real_clock(tick: Duration) -> std::io::Result<(Now, ClockLease)> {
+    let tick = u64::try_from(tick.as_nanos()).unwrap_or(u64::MAX).max(1);
+    let source = source();
+    let mut ticker = lock(&TICKER);
+    let count = ticker.leases.entry(tick).or_insert(0);
+    *count = count.saturating_add(1);
+    let finest = ticker.leases.keys().next().copied().unwrap_or(tick);
+    // Relaxed: the ticker only needs some recent value; `unpark` below makes it look again.
+    let before = TICK.swap(finest, Ordering::Relaxed);
+    match &ticker.running {
+        Some(running) => {
+            if finest < before {
+                running.thread.thread().unpark();
+            }
+        }
+        None => {
+            // Relaxed: see `Now`. Current for the new limiter before its first check.
+            source.now.fetch_and(!STALE, Ordering::Relaxed);
+            source.now.fetch_max(real_nanos(), Ordering::Relaxed);
+            let stop = Arc::new(AtomicBool::new(false));
+            let (flag, now) = (Arc::clone(&stop), Arc::clone(&source.now));
+            let spawned = thread::Builder::new()
+                .name("slidegate-clock".to_owned())
+                .spawn(move || tick_until(&flag, &now));
+            match spawned {
+                Ok(thread) => {
+                    *lock(&WAKER) = Some(thread.thread().clone());
+                    ticker.running = Some(Running { stop, thread });
+                }
+                Err(e) => {
+                    drop_lease(&mut ticker, tick);
+                    source.now.fetch_or(STALE, Ordering::Relaxed);
+                    return Err(e);
+                }
+            }
+        }
+    }
+    Ok((Now(Arc::clone(&source.now)), ClockLease { tick }))
+}
+
+/// Removes one lease of `tick`; the finest remaining one is the ticker's tick.
+fn drop_lease(ticker: &mut Ticker, tick: u64) {
+    if let Some(count) = ticker.leases.get_mut(&tick) {
+        *count = count.saturating_sub(1);
+        if *count == 0 {
+            ticker.leases.remove(&tick);
+        }
+    }
+    if let Some(&finest) = ticker.leases.keys().next() {
+        // Relaxed: a coarser tick is taken at the ticker's next sleep; nothing to wake.
+        TICK.store(finest, Ordering::Relaxed);
+    }
+}
+
+impl Drop for ClockLease {
+    fn drop(&mut self) {
+        let mut ticker = lock(&TICKER);
+        drop_lease(&mut ticker, self.tick);
+        if !ticker.leases.is_empty() {
+            return;
+        }
+        let Some(running) = ticker.running.take() else { return };
+        *lock(&WAKER) = None;
+        // Relaxed: `unpark` synchronizes with the `park` it ends (documented by std), so
+        // the ticker sees the flag when it wakes; it checks it before every tick.
+        running.stop.store(true, Ordering::Relaxed);
+        running.thread.thread().unpark();
+        // The ticker runs no code of anyone else's, so this drop never runs on it; were it
+        // to, it must not join itself.
+        if running.thread.thread().id() != thread::current().id() {
+            // The ticker cannot panic (it only reads a clock and stores); a Drop must not
+            // panic in turn either way.
+            let _ = running.thread.join();
+        }
+        // Anyone still reading (a limiter's state outliving its handle) asks `quanta`.
+        source().now.fetch_or(STALE, Ordering::Relaxed);
+    }
+}
+
+/// The ticker: stores the time every tick while awake; after [`AWAKE`] marks the clock
+/// [`STALE`] and parks until a read clears the mark (or a lease change, or `stop`).
+fn tick_until(stop: &AtomicBool, now: &AtomicU64) {
+    let awake = u64::try_from(AWAKE.as_nanos()).unwrap_or(u64::MAX);
+    loop {
+        let until = real_nanos().saturating_add(awake);
+        loop {
+            // Relaxed: see `ClockLease::drop`.
+            if stop.load(Ordering::Relaxed) {
+                return;
+            }
+            let time = real_nanos();
+            // Relaxed: see `Now`.
+            now.fetch_max(time, Ordering::Relaxed);
+            if time >= until {
+                break;
+            }
+            thread::park_timeout(Duration::from_nanos(TICK.load(Ordering::Relaxed)));
+        }
+        // Relaxed: see `Now::refresh`, which clears the mark and unparks this thread.
+        now.fetch_or(STALE, Ordering::Relaxed);
+        loop {
+            // Relaxed: see `ClockLease::drop`.
+            if stop.load(Ordering::Relaxed) {
+                return;
+            }
+            // Relaxed: a reader clears the bit before it unparks this thread, and the
+            // `unpark` synchronizes with the `park` below that it ends.
+            if now.load(Ordering::Relaxed) & STALE == 0 {
+                break;
+            }
+            thread::park();
+        }
+    }
 }

@@ -65,12 +65,12 @@
 )]
 
 mod algorithm;
-mod background;
 mod cache;
 mod clock;
 mod decision;
 mod divisor;
 mod error;
+mod housekeeper;
 mod limit;
 mod limiter;
 #[cfg(feature = "memcached")]

@@ -14,18 +14,18 @@ use std::fmt;
 use std::hash::Hash;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
 
 use crate::algorithm::Algorithm;
-use crate::background::Periodic;
 use crate::cache::HotKeys;
-use crate::clock::{start_coarse_clock, ManualClock, Now};
+use crate::clock::{real_clock, ClockLease, ManualClock, Now};
 use crate::decision::Decision;
 use crate::error::ConfigError;
+use crate::housekeeper::{self, Registration, Sweep};
 use crate::limit::Limit;
 use crate::metrics::{Denials, Metrics};
 use crate::policy::{PolicyConfig, Tiers, DEFAULT_POLICY};
@@ -142,10 +142,12 @@ impl std::ops::Deref for Held {
 /// # Ok::<(), slidegate::ConfigError>(())
 /// ```
 pub struct Limiter<K> {
+    // Dropped first: then no sweep of `shared` runs or starts on the shared sweeper thread
+    // (the last registration stops and joins it), so `shared` is released here.
+    _sweeper: Option<Registration>,
     shared: Arc<Shared<K>>,
-    // Dropped after `shared` is released by this handle; each joins its thread.
-    _sweeper: Option<Periodic>,
-    _ticker: Option<Periodic>,
+    // The last real-clock limiter's lease stops and joins the shared ticker.
+    _ticker: Option<ClockLease>,
 }
 
 impl<K> Limiter<K>
@@ -1024,6 +1026,12 @@ impl std::ops::Deref for Identities {
     }
 }
 
+impl<K: Hash + Eq + Clone + Send + Sync> Sweep for Shared<K> {
+    fn sweep(&self) -> usize {
+        Shared::sweep(self)
+    }
+}
+
 impl<K: Hash + Eq + Clone> Shared<K> {
     /// Frees what the held states own beyond their words (sliding logs), as the limiter
     /// goes away.
@@ -1391,8 +1399,8 @@ where
             Some(clock) => (clock.source(), None),
             None => {
                 let tick = self.tick.max(Duration::from_micros(50));
-                let (now, ticker) = start_coarse_clock(tick).map_err(spawn_error("clock"))?;
-                (now, Some(ticker))
+                let (now, lease) = real_clock(tick).map_err(spawn_error("clock"))?;
+                (now, Some(lease))
             }
         };
         let shared = Arc::new(Shared {
@@ -1415,12 +1423,8 @@ where
         let sweeper = match ticker {
             None => None,
             Some(_) => {
-                let sweeping = Arc::clone(&shared);
-                let sweeper = Periodic::spawn("slidegate-sweeper", sweep_interval, move || {
-                    sweeping.sweep();
-                })
-                .map_err(spawn_error("sweeper"))?;
-                Some(sweeper)
+                let target: Weak<Shared<K>> = Arc::downgrade(&shared);
+                Some(housekeeper::register(target, sweep_interval).map_err(spawn_error("sweeper"))?)
             }
         };
         Ok(Limiter { shared, _sweeper: sweeper, _ticker: ticker })
