@@ -10,15 +10,16 @@
 //! lease stops and joins it. Time is counted from one origin per process (taken once), so
 //! it never runs backwards when the ticker stops and starts again.
 //!
-//! A thread waking 1000 times a second costs about 2 % of a core on a virtual machine
-//! (examples/idle.rs measures it), so the ticker does not tick while nobody reads the clock:
-//! after [`AWAKE`] without being woken it sets the top bit of the atomic ([`STALE`]), which
-//! no time ever has (every clock stops at [`END_OF_TIME`] = 2⁶²), and parks. A read is
-//! still one load; the first read that sees the bit asks `quanta` itself (so its time is
-//! exact, not a tick late), clears the bit and wakes the ticker. A busy process therefore
-//! pays one such read per [`AWAKE`], an idle one no ticks at all. The sweeper's reads
-//! ([`quiet_reads`]) take the exact time without waking the ticker, so sweeping idle
-//! limiters does not keep it awake.
+//! A thread waking 1000 times a second costs 2–3 % of a core on a virtual machine (measured
+//! with examples/idle.rs and a ticker that never sleeps), so the ticker does not tick while
+//! nobody reads the clock: [`AWAKE`] after it was last woken it sets the top bit of the
+//! atomic ([`STALE`]), which no time ever has (every clock stops at [`END_OF_TIME`] = 2⁶²),
+//! and parks. A read is still one load (and a test of that bit); a read that sees the bit
+//! takes the exact time from `quanta` (not a tick late), raises the atomic to it, and the
+//! first such read wakes the ticker, whose first tick clears the bit. A busy process pays
+//! one wake-up per [`AWAKE`] and a few exact reads while the ticker gets going; an idle one
+//! no ticks at all. The sweeper's reads ([`quiet_reads`]) take the exact time without
+//! waking the ticker, so sweeping idle limiters does not keep it awake.
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
@@ -60,28 +61,35 @@ impl Now {
         self.refresh(seen)
     }
 
-    /// The real clock, read while its ticker sleeps: the exact time from `quanta`, stored
-    /// (clearing [`STALE`]) and the ticker woken, unless this thread reads quietly.
+    /// The real clock, read while its ticker sleeps: the exact time from `quanta`, raised
+    /// into the atomic (the mark stays until the ticker's first tick clears it, so every
+    /// read until then is exact too, however late the ticker is scheduled), and the ticker
+    /// woken by the first such read, unless this thread reads quietly.
     #[cold]
     #[inline(never)]
     fn refresh(&self, seen: u64) -> u64 {
-        let now = real_nanos();
+        let now = real_nanos().max(seen & !STALE);
         if QUIET.with(Cell::get) {
-            // Not stored: the bit stays, the ticker sleeps on. Never earlier than stored.
-            return now.max(seen & !STALE);
+            // Not stored: the ticker sleeps on. Never earlier than stored.
+            return now;
         }
-        // Relaxed: whoever clears the bit wakes the ticker, and `unpark` synchronizes with
-        // the `park` it ends (documented by std), so the ticker then sees the bit clear.
-        let before = self.0.fetch_and(!STALE, Ordering::Relaxed);
-        if before & STALE != 0 {
+        // Relaxed: see the type; the mark is kept (the ticker clears it).
+        let mut cur = seen;
+        while cur & STALE != 0 && cur & !STALE < now {
+            match self.0.compare_exchange_weak(cur, now | STALE, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => break,
+                Err(actual) => cur = actual,
+            }
+        }
+        // Relaxed: only the flag's own value matters; `unpark` synchronizes with the `park`
+        // it ends (documented by std), so the ticker then sees it set.
+        if !WOKEN.load(Ordering::Relaxed) && !WOKEN.swap(true, Ordering::Relaxed) {
             if let Some(ticker) = lock(&WAKER).as_ref() {
                 ticker.unpark();
             }
         }
-        // Relaxed: see the type. The ticker may (after a whole `AWAKE`) have set the bit
-        // again meanwhile: it is masked off the answer and left for the next reader.
-        let before = self.0.fetch_max(now, Ordering::Relaxed);
-        now.max(before & !STALE)
+        // The ticker (or another reader) may have stored a later time meanwhile.
+        now.max(cur & !STALE)
     }
 
     fn raise_to(&self, nanos: u64) {
@@ -231,6 +239,10 @@ static TICKER: Mutex<Ticker> = Mutex::new(Ticker { leases: BTreeMap::new(), runn
 /// The finest tick among the live leases, in ns; the ticker reads it before every sleep.
 static TICK: AtomicU64 = AtomicU64::new(1_000_000);
 
+/// Set by the first read that finds the clock stale (which then wakes the ticker); cleared
+/// by the ticker before it marks the clock stale again.
+static WOKEN: AtomicBool = AtomicBool::new(false);
+
 /// The running ticker, for a read that finds the clock stale to wake it. Separate from
 /// [`TICKER`] so that such a read never waits for a join.
 static WAKER: Mutex<Option<Thread>> = Mutex::new(None);
@@ -344,19 +356,23 @@ fn tick_until(stop: &AtomicBool, now: &AtomicU64) {
             }
             thread::park_timeout(Duration::from_nanos(TICK.load(Ordering::Relaxed)));
         }
-        // Relaxed: see `Now::refresh`, which clears the mark and unparks this thread.
+        // Relaxed (both): a read that sees the mark sets `WOKEN`, then unparks this thread,
+        // and the `unpark` synchronizes with the `park` below that it ends. A read still
+        // setting `WOKEN` from an earlier stale spell only wakes this thread early.
+        WOKEN.store(false, Ordering::Relaxed);
         now.fetch_or(STALE, Ordering::Relaxed);
         loop {
             // Relaxed: see `ClockLease::drop`.
             if stop.load(Ordering::Relaxed) {
                 return;
             }
-            // Relaxed: a reader clears the bit before it unparks this thread, and the
-            // `unpark` synchronizes with the `park` below that it ends.
-            if now.load(Ordering::Relaxed) & STALE == 0 {
+            // Relaxed: see above.
+            if WOKEN.load(Ordering::Relaxed) {
                 break;
             }
             thread::park();
         }
+        // Relaxed: see `Now`. Readers raised the time meanwhile; the first tick follows.
+        now.fetch_and(!STALE, Ordering::Relaxed);
     }
 }
