@@ -1334,14 +1334,24 @@ where
         self
     }
 
-    /// How often the background sweeper evicts idle keys. Default: the shortest window.
+    /// How often the background sweeper evicts this limiter's idle keys. Default: the
+    /// shortest window. One sweeper thread (`slidegate-sweeper`) serves every real-clock
+    /// limiter of the process, each on its own interval: it sweeps a limiter one interval
+    /// after its previous sweep ended (sweeps due within 1/32 of their interval, at most
+    /// 20 ms, of each other run together), so a long sweep of one limiter delays the others'.
+    /// Ignored with a [`ManualClock`].
     ///
     /// ```
     /// use std::time::Duration;
     /// use slidegate::{Limit, Limiter};
-    /// let limiter = Limiter::<u64>::builder()
+    /// // Both are swept by the same thread, each on its own schedule.
+    /// let hourly = Limiter::<u64>::builder()
     ///     .limit(Limit::per_hour(100))
     ///     .sweep_interval(Duration::from_secs(30))
+    ///     .build()?;
+    /// let login = Limiter::<u64>::builder()
+    ///     .limit(Limit::per_minute(5))
+    ///     .sweep_interval(Duration::from_secs(5))
     ///     .build()?;
     /// # Ok::<(), slidegate::ConfigError>(())
     /// ```
@@ -1350,16 +1360,24 @@ where
         self
     }
 
-    /// Resolution of the real clock: how often its ticker thread refreshes the time every
-    /// check reads. Default 1 ms. Ignored with a [`ManualClock`].
+    /// Resolution of the real clock: how often the ticker thread refreshes the time every
+    /// check reads (at least 50 µs). Default 1 ms. Ignored with a [`ManualClock`].
+    ///
+    /// Every real-clock limiter of the process reads the same clock, kept by one ticker
+    /// thread (`slidegate-clock`) that ticks at the finest tick among the live limiters, so
+    /// a finer tick here makes every limiter's clock finer while this one lives. The ticker
+    /// sleeps while no check reads the clock (100 ms after the last one woke it); a check
+    /// that finds it asleep takes the exact time from the OS clock and wakes it.
     ///
     /// ```
     /// use std::time::Duration;
     /// use slidegate::{Limit, Limiter};
-    /// let limiter = Limiter::<u64>::builder()
+    /// let fine = Limiter::<u64>::builder()
     ///     .limit(Limit::per_second(100))
     ///     .clock_tick(Duration::from_micros(500))
     ///     .build()?;
+    /// // Shares the ticker: its clock ticks every 500 µs too while `fine` lives.
+    /// let coarse = Limiter::<u64>::builder().limit(Limit::per_minute(100)).build()?;
     /// # Ok::<(), slidegate::ConfigError>(())
     /// ```
     pub fn clock_tick(mut self, tick: Duration) -> Self {
@@ -1367,8 +1385,10 @@ where
         self
     }
 
-    /// Validates the configuration and starts the limiter (and, with the real clock, its
-    /// ticker and sweeper threads, which stop when the limiter is dropped).
+    /// Validates the configuration and starts the limiter. With the real clock it takes a
+    /// share of the process's ticker and sweeper threads, starting them if it is the only
+    /// real-clock limiter; they stop (and are joined) when the last real-clock limiter is
+    /// dropped. So any number of limiters add at most two threads.
     ///
     /// ```
     /// use slidegate::{ConfigError, Limit, Limiter};
