@@ -376,3 +376,39 @@ fn tick_until(stop: &AtomicBool, now: &AtomicU64) {
         now.fetch_and(!STALE, Ordering::Relaxed);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// The real clock moves, never backwards, also across the ticker's stop and restart
+    /// (when no other test holds a lease meanwhile) and across its sleep.
+    #[test]
+    fn real_time_is_monotonic_across_restarts_and_sleeps() {
+        let mut last = 0;
+        for _ in 0..5 {
+            let (now, lease) = real_clock(Duration::from_millis(1)).unwrap();
+            let first = now.nanos();
+            assert!(first >= last, "{first} after {last}");
+            // The ticker moves it (a loaded machine may be slow to schedule a new thread).
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            let mut later = now.nanos();
+            while later == first {
+                assert!(std::time::Instant::now() < deadline, "the clock did not move in 10 s");
+                thread::sleep(Duration::from_millis(1));
+                later = now.nanos();
+            }
+            assert!(later > first);
+            drop(lease);
+            last = later;
+        }
+        // Stale (asleep or stopped): reads are exact and keep moving.
+        let (now, lease) = real_clock(Duration::from_millis(1)).unwrap();
+        thread::sleep(AWAKE + Duration::from_millis(50));
+        let a = now.nanos();
+        let b = now.nanos();
+        assert!(a >= last && b >= a && b < END_OF_TIME);
+        drop(lease);
+    }
+}

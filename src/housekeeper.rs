@@ -191,3 +191,84 @@ fn run() {
         DONE.notify_all();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::arithmetic_side_effects)]
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    /// Counts its sweeps; dropping it drops the registrations it holds (on whatever thread
+    /// drops the last `Arc`).
+    struct Target {
+        sweeps: AtomicUsize,
+        held: Mutex<Vec<Registration>>,
+        /// Sleeps this long in each sweep.
+        slow: Duration,
+    }
+
+    impl Sweep for Target {
+        fn sweep(&self) -> usize {
+            thread::sleep(self.slow);
+            self.sweeps.fetch_add(1, Ordering::Relaxed);
+            0
+        }
+    }
+
+    fn target(slow: Duration) -> Arc<Target> {
+        Arc::new(Target { sweeps: AtomicUsize::new(0), held: Mutex::new(Vec::new()), slow })
+    }
+
+    fn weak(t: &Arc<Target>) -> Weak<dyn Sweep> {
+        let weak: Weak<Target> = Arc::downgrade(t);
+        weak
+    }
+
+    /// Once a registration's drop returns, no sweep of its target runs or starts, also when
+    /// the drop came in the middle of a sweep.
+    #[test]
+    fn no_sweep_after_the_drop() {
+        let t = target(Duration::from_millis(5));
+        let reg = register(weak(&t), Duration::from_millis(1)).unwrap();
+        while t.sweeps.load(Ordering::Relaxed) < 3 {
+            thread::sleep(Duration::from_millis(1));
+        }
+        drop(reg);
+        let after = t.sweeps.load(Ordering::Relaxed);
+        thread::sleep(Duration::from_millis(50));
+        assert_eq!(t.sweeps.load(Ordering::Relaxed), after);
+    }
+
+    /// The last strong reference dropped on the sweeper thread, at the end of a sweep, takes
+    /// the target's registrations with it (there, so without waiting or joining): no
+    /// deadlock, and registering again afterwards works.
+    #[test]
+    fn registrations_dropped_on_the_sweeper_thread() {
+        for _ in 0..20 {
+            let t = target(Duration::from_millis(2));
+            let own = register(weak(&t), Duration::from_millis(1)).unwrap();
+            t.held.lock().unwrap().push(own);
+            let other = target(Duration::ZERO);
+            t.held.lock().unwrap().push(register(weak(&other), Duration::from_secs(3600)).unwrap());
+            let gone = Arc::downgrade(&t);
+            while t.sweeps.load(Ordering::Relaxed) == 0 {
+                thread::sleep(Duration::from_millis(1));
+            }
+            // Very likely mid-sweep: the sweeper holds the last `Arc` then.
+            drop(t);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while gone.strong_count() > 0 {
+                assert!(Instant::now() < deadline, "target never dropped");
+                thread::sleep(Duration::from_millis(1));
+            }
+            let again = target(Duration::ZERO);
+            let reg = register(weak(&again), Duration::from_millis(1)).unwrap();
+            while again.sweeps.load(Ordering::Relaxed) == 0 {
+                assert!(Instant::now() < deadline, "no sweep after registering again");
+                thread::sleep(Duration::from_millis(1));
+            }
+            drop(reg);
+        }
+    }
+}
