@@ -1,12 +1,32 @@
 //! Time for the limiter: one shared atomic holding nanoseconds since the clock's origin.
 //! The hot path reads that atomic and never the OS clock. Either a [`ManualClock`] sets it
-//! (tests, simulations) or a background ticker keeps it current from `quanta`.
+//! (tests, simulations) or the process's one ticker thread keeps it current from `quanta`.
+//!
+//! # The real clock: one ticker per process
+//! Every real-clock limiter reads the same atomic, and one thread (`slidegate-clock`) keeps
+//! it current, however many limiters there are. The first [`real_clock`] lease starts the
+//! thread; it ticks at the finest tick among the live leases
+//! ([`LimiterBuilder::clock_tick`](crate::LimiterBuilder::clock_tick)); dropping the last
+//! lease stops and joins it. Time is counted from one origin per process (taken once), so
+//! it never runs backwards when the ticker stops and starts again.
+//!
+//! A thread waking 1000 times a second costs 2–3 % of a core on a virtual machine (measured
+//! with examples/idle.rs and a ticker that never sleeps), so the ticker does not tick while
+//! nobody reads the clock: [`AWAKE`] after it was last woken it sets the top bit of the
+//! atomic ([`STALE`]), which no time ever has (every clock stops at [`END_OF_TIME`] = 2⁶²),
+//! and parks. A read is still one load (and a test of that bit); a read that sees the bit
+//! takes the exact time from `quanta` (not a tick late), raises the atomic to it, and the
+//! first such read wakes the ticker, whose first tick clears the bit. A busy process pays
+//! one wake-up per [`AWAKE`] and a few exact reads while the ticker gets going; an idle one
+//! no ticks at all. The sweeper's reads ([`quiet_reads`]) take the exact time without
+//! waking the ticker, so sweeping idle limiters does not keep it awake.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::thread::{self, JoinHandle, Thread};
 use std::time::Duration;
-
-use crate::background::Periodic;
 
 /// Where every clock stands still: 2⁶² ns (about 146 years) after its origin. With windows
 /// of at most [`MAX_WINDOW`](crate::MAX_WINDOW), every time computed from it (a slot's end,
@@ -14,18 +34,62 @@ use crate::background::Periodic;
 /// wrong answer (tests/uptime.rs runs the clock to this end).
 pub(crate) const END_OF_TIME: u64 = 1 << 62;
 
+/// The top bit of the real clock's atomic: set while the ticker sleeps (see the module's
+/// docs). No time has it: every clock stops at [`END_OF_TIME`] = 2⁶².
+const STALE: u64 = 1 << 63;
+
+/// How long the ticker keeps ticking after it was last woken by a read that found the clock
+/// stale. A busy process pays one wake-up (one `unpark`) per `AWAKE`.
+const AWAKE: Duration = Duration::from_millis(100);
+
 /// What the limiter reads on every check: nanoseconds since the clock's origin.
 ///
 /// Only the number itself is communicated (no other memory is published with it), so every
 /// access is `Relaxed`. Writers only ever raise it (`fetch_max`), so it never runs backwards,
-/// and never past [`END_OF_TIME`].
+/// and never past [`END_OF_TIME`]. The real clock's atomic may also carry [`STALE`]; a
+/// [`ManualClock`]'s never does.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Now(Arc<AtomicU64>);
 
 impl Now {
     #[inline]
     pub(crate) fn nanos(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
+        let seen = self.0.load(Ordering::Relaxed);
+        if seen & STALE == 0 {
+            return seen;
+        }
+        self.refresh(seen)
+    }
+
+    /// The real clock, read while its ticker sleeps: the exact time from `quanta`, raised
+    /// into the atomic (the mark stays until the ticker's first tick clears it, so every
+    /// read until then is exact too, however late the ticker is scheduled), and the ticker
+    /// woken by the first such read, unless this thread reads quietly.
+    #[cold]
+    #[inline(never)]
+    fn refresh(&self, seen: u64) -> u64 {
+        let now = real_nanos().max(seen & !STALE);
+        if QUIET.with(Cell::get) {
+            // Not stored: the ticker sleeps on. Never earlier than stored.
+            return now;
+        }
+        // Relaxed: see the type; the mark is kept (the ticker clears it).
+        let mut cur = seen;
+        while cur & STALE != 0 && cur & !STALE < now {
+            match self.0.compare_exchange_weak(cur, now | STALE, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => break,
+                Err(actual) => cur = actual,
+            }
+        }
+        // Relaxed: only the flag's own value matters; `unpark` synchronizes with the `park`
+        // it ends (documented by std), so the ticker then sees it set.
+        if !WOKEN.load(Ordering::Relaxed) && !WOKEN.swap(true, Ordering::Relaxed) {
+            if let Some(ticker) = lock(&WAKER).as_ref() {
+                ticker.unpark();
+            }
+        }
+        // The ticker (or another reader) may have stored a later time meanwhile.
+        now.max(cur & !STALE)
     }
 
     fn raise_to(&self, nanos: u64) {
@@ -113,16 +177,238 @@ impl ManualClock {
     }
 }
 
-/// The real clock: a thread wakes every `tick` and stores `quanta`'s monotonic time into the
-/// shared atomic. Reading it costs one load; its resolution is the tick.
-pub(crate) fn start_coarse_clock(tick: Duration) -> std::io::Result<(Now, Periodic)> {
-    let now = Now::default();
-    let clock = quanta::Clock::new();
-    let origin = clock.now();
-    let writer = now.clone();
-    let ticker = Periodic::spawn("slidegate-clock", tick, move || {
-        let elapsed = clock.now().saturating_duration_since(origin);
-        writer.raise_to(u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX));
-    })?;
-    Ok((now, ticker))
+/// Reads of the real clock on this thread never wake the ticker: a stale clock is read
+/// from `quanta` each time instead. For the sweeper thread, so that sweeping idle limiters
+/// does not keep the ticker awake.
+pub(crate) fn quiet_reads() {
+    QUIET.with(|quiet| quiet.set(true));
+}
+
+thread_local! {
+    static QUIET: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The process's real time: `quanta`'s clock, the origin every real-clock `Now` counts
+/// from (taken once, so time stays monotonic when the ticker stops and starts again), and
+/// the one atomic they all read.
+struct Source {
+    clock: quanta::Clock,
+    origin: quanta::Instant,
+    now: Arc<AtomicU64>,
+}
+
+fn source() -> &'static Source {
+    static SOURCE: OnceLock<Source> = OnceLock::new();
+    SOURCE.get_or_init(|| {
+        let clock = quanta::Clock::new();
+        let origin = clock.now();
+        // Stale until the first lease stores the time: a read before that asks `quanta`.
+        Source { clock, origin, now: Arc::new(AtomicU64::new(STALE)) }
+    })
+}
+
+/// Nanoseconds since the process's origin, at most [`END_OF_TIME`].
+fn real_nanos() -> u64 {
+    let source = source();
+    let elapsed = source.clock.now().saturating_duration_since(source.origin);
+    u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX).min(END_OF_TIME)
+}
+
+/// Locks a mutex of this module. Nothing under them can panic halfway through an update,
+/// so a poisoned lock (a panic elsewhere while it was held) is taken as it is.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The live leases and the ticker thread, if running. The ticker itself never takes this
+/// lock, so the last lease's drop joins it while holding it (and a new first lease waits
+/// for that join: never two tickers at once).
+struct Ticker {
+    /// Live leases by tick (in ns): the ticker ticks at the finest.
+    leases: BTreeMap<u64, usize>,
+    running: Option<Running>,
+}
+
+struct Running {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<()>,
+}
+
+static TICKER: Mutex<Ticker> = Mutex::new(Ticker { leases: BTreeMap::new(), running: None });
+
+/// The finest tick among the live leases, in ns; the ticker reads it before every sleep.
+static TICK: AtomicU64 = AtomicU64::new(1_000_000);
+
+/// Set by the first read that finds the clock stale (which then wakes the ticker); cleared
+/// by the ticker before it marks the clock stale again.
+static WOKEN: AtomicBool = AtomicBool::new(false);
+
+/// The running ticker, for a read that finds the clock stale to wake it. Separate from
+/// [`TICKER`] so that such a read never waits for a join.
+static WAKER: Mutex<Option<Thread>> = Mutex::new(None);
+
+/// Keeps the process's ticker running (at `tick` or finer) while it lives; see
+/// [`real_clock`].
+#[derive(Debug)]
+pub(crate) struct ClockLease {
+    tick: u64,
+}
+
+/// The real clock: the `Now` every real-clock limiter reads, and a lease on the process's
+/// one ticker thread, which the first lease starts, which ticks at the finest `tick` among
+/// the live leases, and which the last lease's drop stops and joins. The time is current
+/// when this returns (also when the ticker had been stopped).
+pub(crate) fn real_clock(tick: Duration) -> std::io::Result<(Now, ClockLease)> {
+    let tick = u64::try_from(tick.as_nanos()).unwrap_or(u64::MAX).max(1);
+    let source = source();
+    let mut ticker = lock(&TICKER);
+    let count = ticker.leases.entry(tick).or_insert(0);
+    *count = count.saturating_add(1);
+    let finest = ticker.leases.keys().next().copied().unwrap_or(tick);
+    // Relaxed: the ticker only needs some recent value; `unpark` below makes it look again.
+    let before = TICK.swap(finest, Ordering::Relaxed);
+    match &ticker.running {
+        Some(running) => {
+            if finest < before {
+                running.thread.thread().unpark();
+            }
+        }
+        None => {
+            // Relaxed: see `Now`. Current for the new limiter before its first check.
+            source.now.fetch_and(!STALE, Ordering::Relaxed);
+            source.now.fetch_max(real_nanos(), Ordering::Relaxed);
+            let stop = Arc::new(AtomicBool::new(false));
+            let (flag, now) = (Arc::clone(&stop), Arc::clone(&source.now));
+            let spawned = thread::Builder::new()
+                .name("slidegate-clock".to_owned())
+                .spawn(move || tick_until(&flag, &now));
+            match spawned {
+                Ok(thread) => {
+                    *lock(&WAKER) = Some(thread.thread().clone());
+                    ticker.running = Some(Running { stop, thread });
+                }
+                Err(e) => {
+                    drop_lease(&mut ticker, tick);
+                    source.now.fetch_or(STALE, Ordering::Relaxed);
+                    return Err(e);
+                }
+            }
+        }
+    }
+    Ok((Now(Arc::clone(&source.now)), ClockLease { tick }))
+}
+
+/// Removes one lease of `tick`; the finest remaining one is the ticker's tick.
+fn drop_lease(ticker: &mut Ticker, tick: u64) {
+    if let Some(count) = ticker.leases.get_mut(&tick) {
+        *count = count.saturating_sub(1);
+        if *count == 0 {
+            ticker.leases.remove(&tick);
+        }
+    }
+    if let Some(&finest) = ticker.leases.keys().next() {
+        // Relaxed: a coarser tick is taken at the ticker's next sleep; nothing to wake.
+        TICK.store(finest, Ordering::Relaxed);
+    }
+}
+
+impl Drop for ClockLease {
+    fn drop(&mut self) {
+        let mut ticker = lock(&TICKER);
+        drop_lease(&mut ticker, self.tick);
+        if !ticker.leases.is_empty() {
+            return;
+        }
+        let Some(running) = ticker.running.take() else { return };
+        *lock(&WAKER) = None;
+        // Relaxed: `unpark` synchronizes with the `park` it ends (documented by std), so
+        // the ticker sees the flag when it wakes; it checks it before every tick.
+        running.stop.store(true, Ordering::Relaxed);
+        running.thread.thread().unpark();
+        // The ticker runs no code of anyone else's, so this drop never runs on it; were it
+        // to, it must not join itself.
+        if running.thread.thread().id() != thread::current().id() {
+            // The ticker cannot panic (it only reads a clock and stores); a Drop must not
+            // panic in turn either way.
+            let _ = running.thread.join();
+        }
+        // Anyone still reading (a limiter's state outliving its handle) asks `quanta`.
+        source().now.fetch_or(STALE, Ordering::Relaxed);
+    }
+}
+
+/// The ticker: stores the time every tick while awake; after [`AWAKE`] marks the clock
+/// [`STALE`] and parks until a read clears the mark (or a lease change, or `stop`).
+fn tick_until(stop: &AtomicBool, now: &AtomicU64) {
+    let awake = u64::try_from(AWAKE.as_nanos()).unwrap_or(u64::MAX);
+    loop {
+        let until = real_nanos().saturating_add(awake);
+        loop {
+            // Relaxed: see `ClockLease::drop`.
+            if stop.load(Ordering::Relaxed) {
+                return;
+            }
+            let time = real_nanos();
+            // Relaxed: see `Now`.
+            now.fetch_max(time, Ordering::Relaxed);
+            if time >= until {
+                break;
+            }
+            thread::park_timeout(Duration::from_nanos(TICK.load(Ordering::Relaxed)));
+        }
+        // Relaxed (both): a read that sees the mark sets `WOKEN`, then unparks this thread,
+        // and the `unpark` synchronizes with the `park` below that it ends. A read still
+        // setting `WOKEN` from an earlier stale spell only wakes this thread early.
+        WOKEN.store(false, Ordering::Relaxed);
+        now.fetch_or(STALE, Ordering::Relaxed);
+        loop {
+            // Relaxed: see `ClockLease::drop`.
+            if stop.load(Ordering::Relaxed) {
+                return;
+            }
+            // Relaxed: see above.
+            if WOKEN.load(Ordering::Relaxed) {
+                break;
+            }
+            thread::park();
+        }
+        // Relaxed: see `Now`. Readers raised the time meanwhile; the first tick follows.
+        now.fetch_and(!STALE, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// The real clock moves, never backwards, also across the ticker's stop and restart
+    /// (when no other test holds a lease meanwhile) and across its sleep.
+    #[test]
+    fn real_time_is_monotonic_across_restarts_and_sleeps() {
+        let mut last = 0;
+        for _ in 0..5 {
+            let (now, lease) = real_clock(Duration::from_millis(1)).unwrap();
+            let first = now.nanos();
+            assert!(first >= last, "{first} after {last}");
+            // The ticker moves it (a loaded machine may be slow to schedule a new thread).
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            let mut later = now.nanos();
+            while later == first {
+                assert!(std::time::Instant::now() < deadline, "the clock did not move in 10 s");
+                thread::sleep(Duration::from_millis(1));
+                later = now.nanos();
+            }
+            assert!(later > first);
+            drop(lease);
+            last = later;
+        }
+        // Stale (asleep or stopped): reads are exact and keep moving.
+        let (now, lease) = real_clock(Duration::from_millis(1)).unwrap();
+        thread::sleep(AWAKE + Duration::from_millis(50));
+        let a = now.nanos();
+        let b = now.nanos();
+        assert!(a >= last && b >= a && b < END_OF_TIME);
+        drop(lease);
+    }
 }

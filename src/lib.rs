@@ -65,11 +65,11 @@
 )]
 
 mod algorithm;
-mod background;
 mod clock;
 mod decision;
 mod divisor;
 mod error;
+mod housekeeper;
 mod limit;
 mod limiter;
 #[cfg(feature = "memcached")]

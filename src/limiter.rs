@@ -14,17 +14,17 @@ use std::fmt;
 use std::hash::Hash;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use crossbeam_epoch::{self as epoch, Guard};
 use dashmap::DashMap;
 
 use crate::algorithm::Algorithm;
-use crate::background::Periodic;
-use crate::clock::{start_coarse_clock, ManualClock, Now};
+use crate::clock::{real_clock, ClockLease, ManualClock, Now};
 use crate::decision::Decision;
 use crate::error::ConfigError;
+use crate::housekeeper::{self, Registration, Sweep};
 use crate::limit::Limit;
 use crate::metrics::{Denials, Metrics};
 use crate::policy::{PolicyConfig, Tiers, DEFAULT_POLICY};
@@ -94,10 +94,12 @@ impl<K> Drop for Shared<K> {
 /// # Ok::<(), slidegate::ConfigError>(())
 /// ```
 pub struct Limiter<K> {
+    // Dropped first: then no sweep of `shared` runs or starts on the shared sweeper thread
+    // (the last registration stops and joins it), so `shared` is released here.
+    _sweeper: Option<Registration>,
     shared: Arc<Shared<K>>,
-    // Dropped after `shared` is released by this handle; each joins its thread.
-    _sweeper: Option<Periodic>,
-    _ticker: Option<Periodic>,
+    // The last real-clock limiter's lease stops and joins the shared ticker.
+    _ticker: Option<ClockLease>,
 }
 
 impl<K> Limiter<K>
@@ -984,6 +986,12 @@ fn move_state(state: KeyState<'_>, newer: &Arc<Policy>, now: u64, carry: Carry) 
     }
 }
 
+impl<K: Hash + Eq + Clone + Send + Sync> Sweep for Shared<K> {
+    fn sweep(&self) -> usize {
+        Shared::sweep(self)
+    }
+}
+
 impl<K: Hash + Eq + Clone + Send + Sync> Shared<K> {
     /// Frees what the held states own beyond their words (sliding logs), as the limiter
     /// goes away.
@@ -1246,14 +1254,24 @@ where
         self
     }
 
-    /// How often the background sweeper evicts idle keys. Default: the shortest window.
+    /// How often the background sweeper evicts this limiter's idle keys. Default: the
+    /// shortest window. One sweeper thread (`slidegate-sweeper`) serves every real-clock
+    /// limiter of the process, each on its own interval: it sweeps a limiter one interval
+    /// after its previous sweep ended (sweeps due within 1/32 of their interval, at most
+    /// 20 ms, of each other run together), so a long sweep of one limiter delays the others'.
+    /// Ignored with a [`ManualClock`].
     ///
     /// ```
     /// use std::time::Duration;
     /// use slidegate::{Limit, Limiter};
-    /// let limiter = Limiter::<u64>::builder()
+    /// // Both are swept by the same thread, each on its own schedule.
+    /// let hourly = Limiter::<u64>::builder()
     ///     .limit(Limit::per_hour(100))
     ///     .sweep_interval(Duration::from_secs(30))
+    ///     .build()?;
+    /// let login = Limiter::<u64>::builder()
+    ///     .limit(Limit::per_minute(5))
+    ///     .sweep_interval(Duration::from_secs(5))
     ///     .build()?;
     /// # Ok::<(), slidegate::ConfigError>(())
     /// ```
@@ -1262,16 +1280,24 @@ where
         self
     }
 
-    /// Resolution of the real clock: how often its ticker thread refreshes the time every
-    /// check reads. Default 1 ms. Ignored with a [`ManualClock`].
+    /// Resolution of the real clock: how often the ticker thread refreshes the time every
+    /// check reads (at least 50 µs). Default 1 ms. Ignored with a [`ManualClock`].
+    ///
+    /// Every real-clock limiter of the process reads the same clock, kept by one ticker
+    /// thread (`slidegate-clock`) that ticks at the finest tick among the live limiters, so
+    /// a finer tick here makes every limiter's clock finer while this one lives. The ticker
+    /// sleeps while no check reads the clock (100 ms after the last one woke it); a check
+    /// that finds it asleep takes the exact time from the OS clock and wakes it.
     ///
     /// ```
     /// use std::time::Duration;
     /// use slidegate::{Limit, Limiter};
-    /// let limiter = Limiter::<u64>::builder()
+    /// let fine = Limiter::<u64>::builder()
     ///     .limit(Limit::per_second(100))
     ///     .clock_tick(Duration::from_micros(500))
     ///     .build()?;
+    /// // Shares the ticker: its clock ticks every 500 µs too while `fine` lives.
+    /// let coarse = Limiter::<u64>::builder().limit(Limit::per_minute(100)).build()?;
     /// # Ok::<(), slidegate::ConfigError>(())
     /// ```
     pub fn clock_tick(mut self, tick: Duration) -> Self {
@@ -1279,8 +1305,10 @@ where
         self
     }
 
-    /// Validates the configuration and starts the limiter (and, with the real clock, its
-    /// ticker and sweeper threads, which stop when the limiter is dropped).
+    /// Validates the configuration and starts the limiter. With the real clock it takes a
+    /// share of the process's ticker and sweeper threads, starting them if it is the only
+    /// real-clock limiter; they stop (and are joined) when the last real-clock limiter is
+    /// dropped. So any number of limiters add at most two threads.
     ///
     /// ```
     /// use slidegate::{ConfigError, Limit, Limiter};
@@ -1311,8 +1339,8 @@ where
             Some(clock) => (clock.source(), None),
             None => {
                 let tick = self.tick.max(Duration::from_micros(50));
-                let (now, ticker) = start_coarse_clock(tick).map_err(spawn_error("clock"))?;
-                (now, Some(ticker))
+                let (now, lease) = real_clock(tick).map_err(spawn_error("clock"))?;
+                (now, Some(lease))
             }
         };
         let shared = Arc::new(Shared {
@@ -1331,12 +1359,8 @@ where
         let sweeper = match ticker {
             None => None,
             Some(_) => {
-                let sweeping = Arc::clone(&shared);
-                let sweeper = Periodic::spawn("slidegate-sweeper", sweep_interval, move || {
-                    sweeping.sweep();
-                })
-                .map_err(spawn_error("sweeper"))?;
-                Some(sweeper)
+                let target: Weak<Shared<K>> = Arc::downgrade(&shared);
+                Some(housekeeper::register(target, sweep_interval).map_err(spawn_error("sweeper"))?)
             }
         };
         Ok(Limiter { shared, _sweeper: sweeper, _ticker: ticker })

@@ -1,7 +1,11 @@
-//! Shutdown: a real-clock limiter's two named threads (`slidegate-clock`, the ticker, and
-//! `slidegate-sweeper`) stop and are joined when the limiter drops, whoever drops it and
-//! whatever the other threads are doing; and the ticker survives the process being
-//! suspended (`SIGSTOP` for a few seconds, then `SIGCONT`) without stale or bursty decisions.
+//! Shutdown: the process's two named threads that real-clock limiters share
+//! (`slidegate-clock`, the ticker, and `slidegate-sweeper`) are one each however many
+//! limiters there are, start with the first real-clock limiter (a `ManualClock` one starts
+//! nothing), serve every limiter's own sweep interval, and stop and are joined when the last
+//! real-clock limiter (or its last clone) drops, whoever drops it and whatever the other
+//! threads are doing (a checker thread, a sweep in progress); and the ticker survives the
+//! process being suspended (`SIGSTOP` for a few seconds, then `SIGCONT`) without stale or
+//! bursty decisions.
 //!
 //! Threads are counted from `/proc/self/task` (Linux), which is process-wide, and the test
 //! harness runs each test on a thread of its own that it may start at any moment, so this
@@ -79,9 +83,10 @@ fn settle(what: &str, mut ok: impl FnMut() -> bool) -> usize {
     looks
 }
 
-/// Waits until `limiters` real-clock limiters' threads are all up and named.
-fn wait_for_named(limiters: usize, what: &str) {
-    settle(&format!("{what}: {limiters} ticker(s) and sweeper(s) named"), || named() == (limiters, limiters));
+/// Waits until the shared ticker and sweeper are up and named (once any real-clock limiter
+/// lives: one of each, however many limiters).
+fn wait_for_named(what: &str) {
+    settle(&format!("{what}: the ticker and the sweeper named"), || named() == (1, 1));
 }
 
 /// Waits until every thread started since `base` is gone and no slidegate thread is left;
@@ -122,6 +127,8 @@ fn threads_stop_on_drop_and_the_clock_survives_a_suspension() {
         return;
     }
     build_drop_cycles();
+    many_limiters_share_two_threads();
+    each_limiter_is_swept_on_its_own_schedule();
     clones_keep_the_threads_until_the_last_drops_on_a_checker_thread();
     dropped_while_sweeps_run();
     the_ticker_survives_a_suspended_process();
@@ -129,7 +136,7 @@ fn threads_stop_on_drop_and_the_clock_survives_a_suspension() {
 
 /// 50 real-clock limiters built and dropped one after the other (each algorithm, with and
 /// without custom tick and sweep interval, some after checks, some idle): each starts
-/// exactly one ticker and one sweeper, and after each drop the process's threads are back to
+/// the ticker and the sweeper again, and after each drop the process's threads are back to
 /// the baseline.
 fn build_drop_cycles() {
     use slidegate::Algorithm;
@@ -148,7 +155,7 @@ fn build_drop_cycles() {
             builder = builder.clock_tick(Duration::from_micros(200)).sweep_interval(ms(2));
         }
         let limiter = builder.build().unwrap();
-        wait_for_named(1, &format!("cycle {cycle}"));
+        wait_for_named(&format!("cycle {cycle}"));
         if cycle % 2 == 0 {
             for key in 0..100 {
                 assert!(limiter.check(&key).is_allowed(), "cycle {cycle}");
@@ -166,6 +173,142 @@ fn build_drop_cycles() {
     );
 }
 
+/// 40 limiters alive at once: 30 on the real clock (each algorithm, ticks of 200 µs, 1 ms
+/// and 5 ms, sweep intervals of 2 ms, 50 ms and the default) and 10 on `ManualClock`s.
+/// Manual ones alone start nothing; with real-clock ones there is never more than one
+/// ticker and one sweeper. They are dropped in a scrambled order, some on other threads:
+/// the two threads stay while any real-clock limiter lives (and keep working: the clock
+/// moves, keys are swept) and are gone after the last.
+fn many_limiters_share_two_threads() {
+    use slidegate::{Algorithm, ManualClock};
+    let base = baseline();
+    let clock = ManualClock::new();
+    let manual: Vec<Limiter<u64>> = (0..10)
+        .map(|_| Limiter::builder().limit(Limit::per_second(5)).clock(clock.clone()).build().unwrap())
+        .collect();
+    thread::sleep(ms(50));
+    assert_eq!(named(), (0, 0), "ManualClock limiters started threads");
+    assert!(
+        threads().iter().all(|(tid, _)| base.contains(tid)),
+        "ManualClock limiters started threads: {:?}",
+        threads()
+    );
+
+    let algorithms =
+        [Algorithm::SlidingWindow, Algorithm::FixedWindow, Algorithm::SlidingLog, Algorithm::Gcra];
+    const REAL: usize = 30;
+    let mut real = Vec::new();
+    for i in 0..REAL {
+        let mut builder = Limiter::<u64>::builder().algorithm(algorithms[i % 4]).limit(Limit::new(2, ms(30)));
+        builder = match i % 3 {
+            0 => builder.clock_tick(Duration::from_micros(200)).sweep_interval(ms(2)),
+            1 => builder.clock_tick(ms(5)).sweep_interval(ms(50)),
+            _ => builder,
+        };
+        real.push(Arc::new(builder.build().unwrap()));
+        let (tickers, sweepers) = named();
+        assert!(tickers <= 1 && sweepers <= 1, "{} limiters: {tickers} tickers, {sweepers} sweepers", i + 1);
+    }
+    wait_for_named("30 limiters");
+    let extra: Vec<u32> =
+        threads().iter().filter(|(tid, _)| !base.contains(tid)).map(|(tid, _)| *tid).collect();
+    assert_eq!(extra.len(), 2, "30 real-clock limiters added {} threads: {:?}", extra.len(), threads());
+    for (i, limiter) in real.iter().enumerate() {
+        assert!(limiter.check(&(i as u64)).is_allowed());
+    }
+
+    // A scrambled order: 7 is coprime to 30. Every third drop happens on a thread of its
+    // own. Before each drop, the survivors' clock moves and their keys get swept.
+    let order: Vec<usize> = (0..REAL).map(|i| (i * 7) % REAL).collect();
+    let mut slots: Vec<Option<Arc<Limiter<u64>>>> = real.into_iter().map(Some).collect();
+    for (n, &i) in order.iter().enumerate() {
+        let limiter = slots[i].take().unwrap();
+        if n % 10 == 0 {
+            // Exhaust a key and see it admitted again (the clock moves), then see it swept.
+            let key = 1_000 + n as u64;
+            while limiter.check(&key).is_allowed() {}
+            settle(&format!("drop {n}: key readmitted"), || limiter.check(&key).is_allowed());
+            settle(&format!("drop {n}: keys swept"), || limiter.is_empty());
+        }
+        if n % 3 == 0 {
+            thread::spawn(move || drop(limiter)).join().unwrap();
+        } else {
+            drop(limiter);
+        }
+        if n + 1 < REAL {
+            assert_eq!(named(), (1, 1), "after {} of {REAL} drops", n + 1);
+        }
+    }
+    let looks = wait_back_to(&base, "after the last of 30 real-clock limiters");
+    drop(manual);
+    assert!(threads().iter().all(|(tid, _)| base.contains(tid)));
+    println!(
+        "30 real-clock limiters + 10 manual: 2 threads added; both stayed until the last real-clock \
+         drop and were gone {looks} look(s) after it"
+    );
+}
+
+/// Two limiters with different sweep intervals, 3 s and 10 ms, and keys that expire within
+/// 30 ms of their last admission: the slow one is swept on its own schedule (not before its
+/// first interval, less the sweeper's slack of 1/32 of it, at most 20 ms: keys it holds must
+/// still be there just before), the fast one on its own (many times before the slow one's
+/// first sweep), on the one sweeper thread.
+fn each_limiter_is_swept_on_its_own_schedule() {
+    const SLOW: Duration = Duration::from_secs(3);
+    const KEYS: usize = 100;
+    let base = baseline();
+    let limit = Limit::new(1, ms(20)).precision(ms(10));
+    let built = Instant::now();
+    let slow = Limiter::<u64>::builder().limit(limit).sweep_interval(SLOW).build().unwrap();
+    let fast = Limiter::<u64>::builder().limit(limit).sweep_interval(ms(10)).build().unwrap();
+    wait_for_named("two limiters");
+    for key in 0..KEYS as u64 {
+        assert!(slow.check(&key).is_allowed());
+    }
+    // The slow one's first sweep cannot come before this (its registration was after
+    // `built`): until then it holds every key; the fast one is emptied round after round.
+    let earliest = built + SLOW - ms(20);
+    let mut rounds = 0;
+    let mut slowest_round = Duration::ZERO;
+    while built.elapsed() < SLOW - ms(300) {
+        let round = Instant::now();
+        for key in 0..50 {
+            let _ = fast.check(&key);
+        }
+        assert!(!fast.is_empty());
+        let deadline = round + Duration::from_secs(2);
+        loop {
+            let (held, fast_empty) = (slow.len(), fast.is_empty());
+            let at = Instant::now();
+            if at < earliest {
+                assert_eq!(held, KEYS, "the slow limiter swept {:?} after its build", at - built);
+            }
+            if fast_empty {
+                break;
+            }
+            assert!(at < deadline, "the fast limiter (every 10 ms) not swept within 2 s, round {rounds}");
+            thread::sleep(ms(1));
+        }
+        slowest_round = slowest_round.max(round.elapsed());
+        rounds += 1;
+    }
+    assert!(rounds >= 2, "the fast limiter was swept only {rounds} times before the slow one's first sweep");
+    let held = slow.len();
+    if Instant::now() < earliest {
+        assert_eq!(held, KEYS, "slow limiter swept before {:?}", built.elapsed());
+    }
+    let swept = settle("the slow limiter swept after its interval", || slow.is_empty());
+    let slow_at = built.elapsed();
+    assert!(slow_at >= SLOW - ms(20), "slow limiter swept after {slow_at:?}");
+    println!(
+        "own schedules: fast limiter (10 ms) emptied {rounds} times (each within {slowest_round:?}) \
+         before the slow one's first sweep; slow limiter (3 s) held its expired keys until its \
+         sweep, {slow_at:?} after its build ({swept} looks)"
+    );
+    drop((slow, fast));
+    wait_back_to(&base, "after the two limiters");
+}
+
 /// The owner shares the limiter with three checker threads through `Arc` and drops its own
 /// handle while they check. The limiter lives on: the ticker keeps the clock moving (each
 /// checker exhausts a key and sees it admitted again, twice) and the sweeper keeps evicting
@@ -179,7 +322,7 @@ fn clones_keep_the_threads_until_the_last_drops_on_a_checker_thread() {
     // and a key idle for 51 ms is evicted.
     let limit = Limit::new(3, ms(50)).strict();
     let limiter = Arc::new(Limiter::<u64>::builder().limit(limit).sweep_interval(ms(5)).build().unwrap());
-    wait_for_named(1, "shared limiter");
+    wait_for_named("shared limiter");
 
     let owner_dropped = Arc::new(AtomicBool::new(false));
     let stop = Arc::new(AtomicBool::new(false));
@@ -259,7 +402,7 @@ fn clones_keep_the_threads_until_the_last_drops_on_a_checker_thread() {
     // evicts keys inserted after its owner's drop without anyone calling `sweep`.
     let base = baseline();
     let limiter = Arc::new(Limiter::<u64>::builder().limit(limit).sweep_interval(ms(5)).build().unwrap());
-    wait_for_named(1, "second shared limiter");
+    wait_for_named("second shared limiter");
     let clone = Arc::clone(&limiter);
     drop(limiter);
     let inserter = thread::spawn(move || {
@@ -289,7 +432,7 @@ fn dropped_while_sweeps_run() {
     let limiter = Arc::new(
         Limiter::<u64>::builder().limit(Limit::new(1, ms(10))).sweep_interval(ms(1)).build().unwrap(),
     );
-    wait_for_named(1, "sweep-loop limiter");
+    wait_for_named("sweep-loop limiter");
     let clone = Arc::clone(&limiter);
     let swept_after_drop = Arc::new(AtomicUsize::new(0));
     let owner_dropped = Arc::new(AtomicBool::new(false));
@@ -339,7 +482,7 @@ fn dropped_while_sweeps_run() {
             .sweep_interval(ms(1))
             .build()
             .unwrap();
-        wait_for_named(1, &format!("attempt {attempt}"));
+        wait_for_named(&format!("attempt {attempt}"));
         for key in 0..KEYS {
             let _ = limiter.check(&key);
         }
