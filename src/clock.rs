@@ -15,10 +15,12 @@
 //! nobody reads the clock: [`AWAKE`] after it was last woken it sets the top bit of the
 //! atomic ([`STALE`]), which no time ever has (every clock stops at [`END_OF_TIME`] = 2⁶²),
 //! and parks. A read is still one load (and a test of that bit); a read that sees the bit
-//! takes the exact time from `quanta` (not a tick late), raises the atomic to it, and the
-//! first such read wakes the ticker, whose first tick clears the bit. A busy process pays
-//! one wake-up per [`AWAKE`] and a few exact reads while the ticker gets going; an idle one
-//! no ticks at all. The sweeper's reads ([`quiet_reads`]) take the exact time without
+//! takes the exact time from `quanta` (not a tick late), stores it without the bit, and
+//! wakes the ticker. Reads after it find a plain time again: the one stored, until the
+//! ticker's next tick, as between any two ticks. A busy process pays one wake-up and one OS
+//! clock read per [`AWAKE`], never one per check (a mark kept until the ticker runs would
+//! send every check to the OS clock, and to a write of the shared atomic, for as long as
+//! the scheduler keeps the ticker waiting); an idle one no ticks at all. The sweeper's reads ([`quiet_reads`]) take the exact time without
 //! waking the ticker, so sweeping idle limiters does not keep it awake.
 
 use std::cell::Cell;
@@ -61,10 +63,8 @@ impl Now {
         self.refresh(seen)
     }
 
-    /// The real clock, read while its ticker sleeps: the exact time from `quanta`, raised
-    /// into the atomic (the mark stays until the ticker's first tick clears it, so every
-    /// read until then is exact too, however late the ticker is scheduled), and the ticker
-    /// woken by the first such read, unless this thread reads quietly.
+    /// The real clock, read while its ticker sleeps: the exact time from `quanta`, stored in
+    /// the atomic without the mark, and the ticker woken, unless this thread reads quietly.
     #[cold]
     #[inline(never)]
     fn refresh(&self, seen: u64) -> u64 {
@@ -73,10 +73,12 @@ impl Now {
             // Not stored: the ticker sleeps on. Never earlier than stored.
             return now;
         }
-        // Relaxed: see the type; the mark is kept (the ticker clears it).
+        // Relaxed: see the type. Only a marked value is replaced: an unmarked one is a time
+        // the ticker or another reader stored since, which stands.
         let mut cur = seen;
-        while cur & STALE != 0 && cur & !STALE < now {
-            match self.0.compare_exchange_weak(cur, now | STALE, Ordering::Relaxed, Ordering::Relaxed) {
+        while cur & STALE != 0 {
+            let time = now.max(cur & !STALE);
+            match self.0.compare_exchange_weak(cur, time, Ordering::Relaxed, Ordering::Relaxed) {
                 Ok(_) => break,
                 Err(actual) => cur = actual,
             }

@@ -324,7 +324,8 @@ where
     {
         loop {
             let Some(node) = self.shared.table.get(hash, key, guard) else {
-                return self.insert_node(hash, key, self.tier_of(key), now, guard);
+                let tier = self.tier_of(key);
+                return self.insert_node(hash, key, (tier, self.shared.tiers.current(tier)), now, guard);
             };
             let state = node.state();
             let policy = state.policy();
@@ -344,7 +345,7 @@ where
         &self,
         hash: u64,
         key: &Q,
-        tier: usize,
+        (tier, policy): (usize, Arc<Policy>),
         now: u64,
         guard: &'g Guard,
     ) -> Result<Node<'g, K>, Refused>
@@ -362,8 +363,10 @@ where
         let node = shared.table.insert(hash, key, now, guard, |owned| {
             // `set_policy` stores the override before it moves the key's state under this
             // mutex: either the move finds this state or this finds the override.
-            let tier = self.override_of::<K>(owned).unwrap_or(tier);
-            shared.tiers.current(tier)
+            match self.override_of::<K>(owned) {
+                Some(set) if set != tier => shared.tiers.current(set),
+                _ => policy,
+            }
         })?;
         shared.metrics.keys(shared.table.len());
         Ok(node)
@@ -558,7 +561,7 @@ where
         if cost == 0 {
             return Some(finish(policy.fresh(0), &policy));
         }
-        match self.insert_node(hash, key, tier, now, guard) {
+        match self.insert_node(hash, key, (tier, Arc::clone(&policy)), now, guard) {
             Ok(_) => None,
             Err(Refused::Full) => Some(finish(Decision::too_many_keys(), &policy)),
         }

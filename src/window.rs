@@ -1246,7 +1246,8 @@ impl<'a> KeyState<'a> {
             }
             let admits = A::admits(rule, &view, cost);
             if !admits || !commit || cost == 0 {
-                match self.decide::<A>(policy, &[view], now, cost, admits, &mut retries) {
+                // `from_ref`, not `&[view]`: a copy of the view just written stalls on its stores.
+                match self.decide::<A>(policy, std::slice::from_ref(&view), now, cost, admits, &mut retries) {
                     Some(decision) => return Outcome::Decided(decision),
                     None => continue,
                 }
