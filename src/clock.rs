@@ -73,19 +73,24 @@ impl Now {
             // Not stored: the ticker sleeps on. Never earlier than stored.
             return now;
         }
-        // Relaxed: see the type. Only a marked value is replaced: an unmarked one is a time
-        // the ticker or another reader stored since, which stands.
+        // Only a marked value is replaced: an unmarked one is a time the ticker or another
+        // reader stored since, which stands. SeqCst, with the ticker's SeqCst `WOKEN` store
+        // and mark (`tick_until`) and the `WOKEN` accesses below: the mark this CAS clears
+        // comes after the ticker's `WOKEN = false` in their single total order, so the load
+        // below cannot see an older `true` and skip the wake-up (which would leave the
+        // ticker parked and this time standing still).
         let mut cur = seen;
         while cur & STALE != 0 {
             let time = now.max(cur & !STALE);
-            match self.0.compare_exchange_weak(cur, time, Ordering::Relaxed, Ordering::Relaxed) {
+            match self.0.compare_exchange_weak(cur, time, Ordering::SeqCst, Ordering::SeqCst) {
                 Ok(_) => break,
                 Err(actual) => cur = actual,
             }
         }
         // Relaxed: only the flag's own value matters; `unpark` synchronizes with the `park`
         // it ends (documented by std), so the ticker then sees it set.
-        if !WOKEN.load(Ordering::Relaxed) && !WOKEN.swap(true, Ordering::Relaxed) {
+        // SeqCst: see the CAS above.
+        if !WOKEN.load(Ordering::SeqCst) && !WOKEN.swap(true, Ordering::SeqCst) {
             if let Some(ticker) = lock(&WAKER).as_ref() {
                 ticker.unpark();
             }
@@ -194,25 +199,39 @@ thread_local! {
 /// from (taken once, so time stays monotonic when the ticker stops and starts again), and
 /// the one atomic they all read.
 struct Source {
+    #[cfg(not(slidegate_loom))]
     clock: quanta::Clock,
+    #[cfg(not(slidegate_loom))]
     origin: quanta::Instant,
+    /// Under loom (whose `--cfg crossbeam_loom` build has no `quanta`), std's clock.
+    #[cfg(slidegate_loom)]
+    origin: std::time::Instant,
     now: Arc<AtomicU64>,
 }
 
 fn source() -> &'static Source {
     static SOURCE: OnceLock<Source> = OnceLock::new();
     SOURCE.get_or_init(|| {
-        let clock = quanta::Clock::new();
-        let origin = clock.now();
         // Stale until the first lease stores the time: a read before that asks `quanta`.
-        Source { clock, origin, now: Arc::new(AtomicU64::new(STALE)) }
+        let now = Arc::new(AtomicU64::new(STALE));
+        #[cfg(not(slidegate_loom))]
+        {
+            let clock = quanta::Clock::new();
+            let origin = clock.now();
+            Source { clock, origin, now }
+        }
+        #[cfg(slidegate_loom)]
+        Source { origin: std::time::Instant::now(), now }
     })
 }
 
 /// Nanoseconds since the process's origin, at most [`END_OF_TIME`].
 fn real_nanos() -> u64 {
     let source = source();
+    #[cfg(not(slidegate_loom))]
     let elapsed = source.clock.now().saturating_duration_since(source.origin);
+    #[cfg(slidegate_loom)]
+    let elapsed = source.origin.elapsed();
     u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX).min(END_OF_TIME)
 }
 
@@ -334,7 +353,8 @@ impl Drop for ClockLease {
             // panic in turn either way.
             let _ = running.thread.join();
         }
-        // Anyone still reading (a limiter's state outliving its handle) asks `quanta`.
+        // Marked stale, so the next first lease's reads start exact. (No limiter reads the
+        // clock without a lease: a limiter drops its lease last.)
         source().now.fetch_or(STALE, Ordering::Relaxed);
     }
 }
@@ -358,21 +378,25 @@ fn tick_until(stop: &AtomicBool, now: &AtomicU64) {
             }
             thread::park_timeout(Duration::from_nanos(TICK.load(Ordering::Relaxed)));
         }
-        // Relaxed (both): a read that sees the mark sets `WOKEN`, then unparks this thread,
-        // and the `unpark` synchronizes with the `park` below that it ends. A read still
-        // setting `WOKEN` from an earlier stale spell only wakes this thread early.
-        WOKEN.store(false, Ordering::Relaxed);
-        now.fetch_or(STALE, Ordering::Relaxed);
+        // SeqCst (both): pairs with the reader's SeqCst CAS and `WOKEN` accesses in
+        // `Now::refresh`: a read that clears this mark sees `WOKEN` false (or a later true)
+        // and unparks this thread; the `unpark` synchronizes with the `park` below that it
+        // ends. A read still setting `WOKEN` from an earlier stale spell only wakes this
+        // thread early.
+        WOKEN.store(false, Ordering::SeqCst);
+        now.fetch_or(STALE, Ordering::SeqCst);
         loop {
             // Relaxed: see `ClockLease::drop`.
             if stop.load(Ordering::Relaxed) {
                 return;
             }
-            // Relaxed: see above.
-            if WOKEN.load(Ordering::Relaxed) {
+            // SeqCst: see above.
+            if WOKEN.load(Ordering::SeqCst) {
                 break;
             }
-            thread::park();
+            // A backstop: were a wake-up ever missed, the clock would stand still for at most
+            // this long.
+            thread::park_timeout(Duration::from_secs(1));
         }
         // Relaxed: see `Now`. Readers raised the time meanwhile; the first tick follows.
         now.fetch_and(!STALE, Ordering::Relaxed);

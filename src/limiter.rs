@@ -317,7 +317,13 @@ where
     /// The node of `key`: inserted fresh if absent, replaced if expired or retired, and
     /// moved to its policy's current version if that changed. Refused if it is absent and
     /// the table is at `max_keys`.
-    fn node_of<'g, Q>(&self, hash: u64, key: &Q, now: u64, guard: &'g Guard) -> Result<Node<'g, K>, Refused>
+    fn node_of<'g, Q>(
+        &'g self,
+        hash: u64,
+        key: &Q,
+        now: u64,
+        guard: &'g Guard,
+    ) -> Result<Node<'g, K>, Refused>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -342,7 +348,7 @@ where
     /// Inserts a fresh state for `key` under policy `tier` (unless an override, re-checked
     /// under the shard's mutex, says otherwise), or finds the one another thread inserted.
     fn insert_node<'g, Q>(
-        &self,
+        &'g self,
         hash: u64,
         key: &Q,
         (tier, policy): (usize, Arc<Policy>),
@@ -354,12 +360,6 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let shared = &*self.shared;
-        // A full table refuses a new key without taking the shard's mutex or copying the
-        // key: under a key spray that is nearly every request, and the legitimate keys'
-        // inserts into the same shards must not queue behind it.
-        if shared.table.is_full() {
-            return Err(Refused::Full);
-        }
         let node = shared.table.insert(hash, key, now, guard, |owned| {
             // `set_policy` stores the override before it moves the key's state under this
             // mutex: either the move finds this state or this finds the override.
@@ -392,8 +392,7 @@ where
         resolved.unwrap_or(shared.tiers.default_index())
     }
 
-    /// The policy `set_policy` gave `key`, if any. Called again under the shard's write
-    /// lock before a state is created: `set_policy` stores the override before it moves
+    /// The policy `set_policy` gave `key`, if any. Called again under the shard's mutex before a state is created: `set_policy` stores the override before it moves
     /// the key's state under that lock, so either the move finds the new state or the
     /// re-check finds the override.
     fn override_of<Q>(&self, key: &Q) -> Option<usize>
@@ -774,8 +773,10 @@ where
     /// until [`clear_policy`](Self::clear_policy). If the key is held, its state moves to
     /// the policy at once, its counts carried over [conservatively](Carry::Conservative)
     /// (exactly if the two policies differ only in `max`): a key moved to a larger quota
-    /// keeps what it used. Overrides are kept until cleared (they are not swept), one
-    /// small map entry each.
+    /// keeps what it used. A check racing the move counts under the old policy or the new
+    /// one (a check that read the old version just before the move decides by it), never
+    /// in neither. Overrides are kept until cleared (they are not swept), one small map
+    /// entry each.
     ///
     /// ```
     /// use slidegate::{Limit, Limiter, PolicyConfig};
@@ -909,6 +910,18 @@ where
         tiers.current(tiers.default_index()).words_per_key().saturating_mul(8)
     }
 
+    /// The table shard `key` lives in: for the loom models, which need keys that share a
+    /// shard (to make an insert rebuild the array a check is reading). Not public API.
+    #[cfg(slidegate_loom)]
+    #[doc(hidden)]
+    pub fn shard_of<Q>(&self, key: &Q) -> usize
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        Table::<K>::shard_index(self.shared.table.hash(key))
+    }
+
     /// The limiter's name (see [`LimiterBuilder::name`]).
     ///
     /// ```
@@ -989,13 +1002,13 @@ fn move_state(state: KeyState<'_>, newer: &Arc<Policy>, now: u64, carry: Carry) 
     }
 }
 
-impl<K: Hash + Eq + Clone + Send + Sync> Sweep for Shared<K> {
+impl<K: Hash + Eq + Clone + Send + Sync + 'static> Sweep for Shared<K> {
     fn sweep(&self) -> usize {
         Shared::sweep(self)
     }
 }
 
-impl<K: Hash + Eq + Clone + Send + Sync> Shared<K> {
+impl<K: Hash + Eq + Clone + Send + Sync + 'static> Shared<K> {
     /// Frees what the held states own beyond their words (sliding logs), as the limiter
     /// goes away.
     fn release_all(&mut self) {

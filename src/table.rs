@@ -3,10 +3,11 @@
 //! # Layout
 //! The table is [`SHARDS`] shards, chosen by the top bits of the key's hash. A shard is an
 //! open-addressed array of slots (linear probing, a power of two long), each slot a pointer
-//! to the key's *node*: one allocation holding the key's hash, its policy version, the key
-//! itself and, right behind them, its counters (`[AtomicU64]`, as many words as the policy
-//! lays out). A check reads the slot, then the node: no second pointer, and no allocation per
-//! key beyond the node.
+//! to the key's *node*, with 4 bits of the key's hash in the pointer's alignment bits (a
+//! probe passes over most other keys' nodes unread). A node is one allocation holding the
+//! key's policy version, the key itself and, right behind them, its counters
+//! (`[AtomicU64]`, as many words as the policy lays out). A check reads the slot, then the
+//! node: no second pointer, and no allocation per key beyond the node.
 //!
 //! # Reads take no lock and write nothing shared
 //! A lookup pins `crossbeam-epoch` (a store to this thread's own epoch slot), loads the
@@ -25,25 +26,25 @@
 //!
 //! # One hash
 //! Every path hashes a key the same way, through [`Table::hash`] (a `Hasher` fed by the
-//! key's `Hash`), and a node keeps its hash: rebuilding an array never hashes a key again,
-//! so no path can disagree with another about where a key lives.
+//! key's `Hash`): lookups, inserts and the rebuild of an array (which hashes each key again
+//! rather than keep 8 bytes of hash per node), so no path can disagree with another about
+//! where a key lives.
 
 use std::alloc::{self, Layout};
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::marker::PhantomData;
 use std::ptr::{self, NonNull};
-use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, PoisonError, TryLockError};
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
 use crossbeam_utils::CachePadded;
 
-use crate::sync::AtomicU64;
+use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering};
 use crate::window::{fill_initial, initial_words, KeyState, OwnedState, Policy};
 
-/// Shards per table: a rebuild copies one shard's pointers (at 1 M keys, about 16 k, some
-/// tens of microseconds, during which only inserts into that shard wait).
+/// Shards per table: a rebuild rehashes one shard's keys (at 1 M keys, about 16 k), during
+/// which only inserts into that shard wait; checks never do.
 const SHARDS: usize = 64;
 /// `hash >> SHARD_SHIFT` picks the shard; the low bits pick the slot.
 const SHARD_SHIFT: u32 = u64::BITS - SHARDS.trailing_zeros();
@@ -216,10 +217,10 @@ unsafe fn free_node<K>(node: *mut Header<K>) {
 
 /// A pointer that may cross to the thread that runs the epoch's deferred functions.
 struct SendPtr<T>(*mut T);
-// SAFETY: it only carries a node or a policy to the function that frees it; `K: Send + Sync`
-// and `Policy: Send + Sync` (see `Table`'s bounds), so freeing them elsewhere is sound.
+// SAFETY: it only carries a node or a policy to the function that frees it, which may run
+// on another thread: sound for what may be sent (a node holds its key and a policy).
 #[allow(unsafe_code)]
-unsafe impl<T> Send for SendPtr<T> {}
+unsafe impl<T: Send> Send for SendPtr<T> {}
 
 /// A removed slot: probing goes on past it; an insert may reuse it. (Address 1: no node,
 /// 16-aligned, tagged or not, has it.)
@@ -250,6 +251,15 @@ impl<K> Slots<K> {
     }
 }
 
+/// The table's hasher: randomly seeded per table (a client choosing keys cannot aim them at
+/// one shard or one probe sequence), fixed under loom, whose models must replay exactly.
+fn hasher() -> ahash::RandomState {
+    #[cfg(not(slidegate_loom))]
+    return ahash::RandomState::new();
+    #[cfg(slidegate_loom)]
+    return ahash::RandomState::with_seeds(1, 2, 3, 4);
+}
+
 /// What the shard's mutex guards: its counts.
 #[derive(Default)]
 struct Counts {
@@ -272,6 +282,17 @@ impl<K> Shard<K> {
     }
 }
 
+/// Room reserved in a table's count of keys, given back if dropped (by a panic in the
+/// caller's code between the reservation and the insert).
+struct Reservation<'a>(&'a AtomicUsize);
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        // Relaxed: a counter.
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// Why [`Table::insert`] did not insert.
 pub(crate) enum Refused {
     /// The table holds its `max_keys`.
@@ -289,6 +310,13 @@ pub(crate) struct Table<K> {
 }
 
 impl<K> Table<K> {
+    /// The shard `hash` falls in (for the loom models, which need keys that share one).
+    #[cfg(slidegate_loom)]
+    pub(crate) fn shard_index(hash: u64) -> usize {
+        // At most SHARDS - 1.
+        (hash >> SHARD_SHIFT) as usize
+    }
+
     /// Keys held.
     pub(crate) fn len(&self) -> usize {
         // Relaxed: a counter; the shards' mutexes order the table itself.
@@ -311,12 +339,12 @@ impl<K> Table<K> {
     }
 }
 
-impl<K: Hash + Eq + Clone + Send + Sync> Table<K> {
+impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
     pub(crate) fn new(max_keys: usize) -> Table<K> {
         let shards = (0..SHARDS)
             .map(|_| CachePadded::new(Shard { slots: Atomic::null(), writer: Mutex::new(Counts::default()) }))
             .collect();
-        Table { shards, hasher: ahash::RandomState::new(), live: AtomicUsize::new(0), max_keys }
+        Table { shards, hasher: hasher(), live: AtomicUsize::new(0), max_keys }
     }
 
     /// The hash of `key`, the same for every path (see the module docs).
@@ -342,7 +370,7 @@ impl<K: Hash + Eq + Clone + Send + Sync> Table<K> {
 
     /// The node of `key`, if held.
     #[inline]
-    pub(crate) fn get<'g, Q>(&self, hash: u64, key: &Q, guard: &'g Guard) -> Option<Node<'g, K>>
+    pub(crate) fn get<'g, Q>(&'g self, hash: u64, key: &Q, guard: &'g Guard) -> Option<Node<'g, K>>
     where
         K: Borrow<Q>,
         Q: Eq + ?Sized,
@@ -391,7 +419,7 @@ impl<K: Hash + Eq + Clone + Send + Sync> Table<K> {
     /// chooses (called under the shard's mutex, with the owned key), unless the key is held
     /// already; either way, the key's node. Refused when the table holds `max_keys` keys.
     pub(crate) fn insert<'g, Q>(
-        &self,
+        &'g self,
         hash: u64,
         key: &Q,
         now: u64,
@@ -403,10 +431,27 @@ impl<K: Hash + Eq + Clone + Send + Sync> Table<K> {
         Q: Eq + ToOwned<Owned = K> + ?Sized,
     {
         let shard = self.shard(hash);
-        let mut counts = shard.lock();
-        let slots = self.slots_for_insert(shard, &mut counts, guard);
-        if let Some((_, node)) = Self::find(slots, hash, key, Ordering::Relaxed) {
-            return Ok(node);
+        let mut counts = if self.is_full() {
+            // A full table refuses a new key without waiting for the shard's mutex: under a key
+            // spray that is nearly every request, and the legitimate keys' inserts into the
+            // same shard must not queue behind it. A free mutex is still taken, so a key that
+            // another thread inserted meanwhile is found rather than refused.
+            match shard.writer.try_lock() {
+                Ok(counts) => counts,
+                Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+                Err(TryLockError::WouldBlock) => return Err(Refused::Full),
+            }
+        } else {
+            shard.lock()
+        };
+        // Relaxed: under the mutex, which orders every writer of the array pointer.
+        let current = shard.slots.load(Ordering::Relaxed, guard);
+        // SAFETY: as in `get`.
+        #[allow(unsafe_code)]
+        if let Some(current) = unsafe { current.as_ref() } {
+            if let Some((_, node)) = Self::find(current, hash, key, Ordering::Relaxed) {
+                return Ok(node);
+            }
         }
         // Counted before it is inserted, and only if there is room: `len()` never exceeds
         // `max_keys`, and no insert is refused for another's passing count.
@@ -417,8 +462,14 @@ impl<K: Hash + Eq + Clone + Send + Sync> Table<K> {
         if reserved.is_err() {
             return Err(Refused::Full);
         }
+        // The caller's code runs next (`to_owned`, `Hash` and `Eq` in `policy_of`): if it
+        // panics, the room reserved is given back.
+        let reservation = Reservation(&self.live);
         let owned = key.to_owned();
         let policy = policy_of(&owned);
+        std::mem::forget(reservation);
+        // Grown (or rebuilt) only now, for a key that is really going in.
+        let slots = self.slots_for_insert(shard, &mut counts, guard);
         // Small layouts (one limit of up to ~30 slots) start on the stack: no allocation
         // beyond the node.
         let mut small = [0u64; 32];
@@ -534,7 +585,14 @@ impl<K: Hash + Eq + Clone + Send + Sync> Table<K> {
         };
         let Some((slot, node)) = Self::find(slots, hash, key, Ordering::Relaxed) else { return false };
         let change = change(node);
+        let retired = matches!(change, Change::Replace(_) | Change::Remove);
         self.apply(slot, node, change, &mut counts, guard);
+        drop(counts);
+        if retired {
+            // Hand the retired node to the epoch now rather than leave it in this thread's
+            // bag (a node can be kilobytes, and this thread may go idle).
+            guard.flush();
+        }
         true
     }
 

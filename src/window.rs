@@ -338,12 +338,14 @@ impl Policy {
         self.replaced.store(true, std::sync::atomic::Ordering::Release);
     }
 
-    /// Can a state laid out for `self` serve `newer` as it is? Only when nothing but the
-    /// limits' `max` differs (and not under GCRA, whose state is a time computed from
+    /// Can a state laid out for `self` serve `newer` as it is? (The key table then points
+    /// the key's node at `newer`, and frees the node by `newer`'s word count: they must
+    /// agree.) Only when nothing but the limits' `max` differs (and not under GCRA, whose state is a time computed from
     /// `max`): the words mean the same counts, which then carry over exactly.
     pub(crate) fn same_layout(&self, newer: &Policy) -> bool {
         self.algorithm == newer.algorithm
             && self.algorithm != Algorithm::Gcra
+            && self.words == newer.words
             && self.rules.len() == newer.rules.len()
             && self.rules.iter().zip(newer.rules.iter()).all(|(a, b)| {
                 a.window == b.window && a.precision == b.precision && a.strict == b.strict && a.at == b.at
