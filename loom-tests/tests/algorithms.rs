@@ -11,7 +11,7 @@
 //! must be decided before it or answer `Retired`.
 //!
 //! Run (from the workspace root):
-//! `RUSTFLAGS="--cfg slidegate_loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom cargo test --release -p slidegate-loom-tests --test algorithms`
+//! `RUSTFLAGS="--cfg slidegate_loom --cfg crossbeam_loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom cargo test --release -p slidegate-loom-tests --test algorithms`
 #![cfg(slidegate_loom)]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 

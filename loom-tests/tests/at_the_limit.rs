@@ -4,7 +4,7 @@
 //! and the state left behind must read the same as after a sequential run.
 //!
 //! Run (from the workspace root):
-//! `RUSTFLAGS="--cfg slidegate_loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom cargo test --release -p slidegate-loom-tests`
+//! `RUSTFLAGS="--cfg slidegate_loom --cfg crossbeam_loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom cargo test --release -p slidegate-loom-tests`
 #![cfg(slidegate_loom)]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 

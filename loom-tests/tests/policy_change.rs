@@ -6,7 +6,7 @@
 //! which would let the key exceed its limit.
 //!
 //! Run (from the workspace root):
-//! `RUSTFLAGS="--cfg slidegate_loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom cargo test --release -p slidegate-loom-tests`
+//! `RUSTFLAGS="--cfg slidegate_loom --cfg crossbeam_loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom cargo test --release -p slidegate-loom-tests`
 #![cfg(slidegate_loom)]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 

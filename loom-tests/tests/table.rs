@@ -137,3 +137,36 @@ fn check_races_a_rebuild() {
         assert_eq!(used(&limiter, mates[5], 4), 1);
     });
 }
+
+/// A check whose clock read is behind the sweeper's: the check at 1.9 s counts a unit that
+/// is still in the (strict, 1 s) window at 2.5 s, when the sweep finds the key's last unit
+/// (at 0) expired and removes it. The sweep's retirement (a CAS on `touched`) and the check's
+/// commit decide together: either the sweep sees the check's unit and keeps the key, or the
+/// check finds its node retired and counts again in a fresh one. Without the retirement the
+/// unit would be lost with the node.
+#[test]
+fn check_behind_the_sweepers_clock() {
+    // A sweep locks each of the 64 shards in turn: more branches than loom's default allows.
+    let mut model = loom::model::Builder::new();
+    model.max_branches = 20_000;
+    model.check(|| {
+        let clock = ManualClock::new();
+        let limit = Limit::per_second(2).strict();
+        let limiter = Limiter::<u64>::builder().limit(limit).clock(clock.clone()).build().unwrap();
+        let limiter = Arc::new(limiter);
+        assert!(limiter.check(&1).is_allowed());
+        clock.set(Duration::from_millis(1900));
+        let checker = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || limiter.check(&1).is_allowed())
+        };
+        // The clock is no loom object: let the checker run up to its first loom operation
+        // (it reads the clock before), so it checks at 1.9 s.
+        thread::yield_now();
+        clock.set(Duration::from_millis(2500));
+        limiter.sweep();
+        assert!(checker.join().unwrap());
+        assert_eq!(limiter.len(), 1, "the unit counted at 1.9 s or 2.5 s is still in the window");
+        assert_eq!(used(&limiter, 1, 2), 1);
+    });
+}
