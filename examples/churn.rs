@@ -48,6 +48,11 @@ static ALLOCATOR: Counting = Counting;
 type Error = Box<dyn std::error::Error>;
 
 /// The largest max/min ratio of RSS over cycles 2..=N.
+/// Heap the epoch may still hold after settling: one batch of deferred frees (a 4 KiB bag)
+/// whose epoch has not advanced yet. Constant, not per key: a leak that grows with the
+/// cycles passes it within a few cycles at more than ~100 keys (64 B each) in all.
+const EPOCH_SLACK: i64 = 8 * 1024;
+
 const RSS_FLAT: f64 = 1.10;
 
 const ALGORITHMS: [(&str, Algorithm); 4] = [
@@ -334,17 +339,17 @@ fn report(
         ),
     );
     verdict(
-        grew == 0 && shrank == 0,
+        grew.abs() <= EPOCH_SLACK && shrank.abs() <= EPOCH_SLACK,
         format!(
-            "heap after eviction{settled} flat: equal to cycle 1's in every cycle (range {} to {})",
+            "heap after eviction{settled} flat: within {EPOCH_SLACK} B of cycle 1's in every cycle (range {} to {})",
             signed(shrank),
             signed(grew)
         ),
     );
     verdict(
-        retained_max == 0 && retained_min == 0,
+        retained_max.abs() <= EPOCH_SLACK && retained_min.abs() <= EPOCH_SLACK,
         format!(
-            "heap back to its level before cycle 1 after every eviction{settled} (kept {} to {})",
+            "heap back to its level before cycle 1, within {EPOCH_SLACK} B, after every eviction{settled} (kept {} to {})",
             signed(retained_min),
             signed(retained_max)
         ),

@@ -1043,6 +1043,9 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Shared<K> {
             });
             evicted = evicted.saturating_add(here);
         }
+        if evicted > 0 {
+            Table::<K>::settle();
+        }
         self.metrics.keys(self.table.len());
         self.metrics.evicted(evicted);
         evicted

@@ -333,6 +333,16 @@ impl<K> Table<K> {
         self.len() >= self.max_keys
     }
 
+    /// Frees what the epoch holds and can free now: after a sweep, so that the memory of the
+    /// keys it evicted comes back at once rather than as later checks collect it. Each
+    /// flush advances the epoch if every pinned thread allows it and frees what two
+    /// advances have made safe; pinned checks only postpone it to the next sweep.
+    pub(crate) fn settle() {
+        for _ in 0..4 {
+            epoch::pin().flush();
+        }
+    }
+
     /// How many shards [`sweep_shard`](Self::sweep_shard) walks.
     pub(crate) fn shards(&self) -> usize {
         self.shards.len()
@@ -585,10 +595,10 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
         };
         let Some((slot, node)) = Self::find(slots, hash, key, Ordering::Relaxed) else { return false };
         let change = change(node);
-        let retired = matches!(change, Change::Replace(_) | Change::Remove);
-        self.apply(slot, node, change, &mut counts, guard);
+        let retired = self.apply(slot, node, change, &mut counts, guard);
         drop(counts);
-        if retired {
+        if let Some(node) = retired {
+            Self::retire_nodes(vec![node], guard);
             // Hand the retired node to the epoch now rather than leave it in this thread's
             // bag (a node can be kilobytes, and this thread may go idle).
             guard.flush();
@@ -603,9 +613,9 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
         change: Change,
         counts: &mut Counts,
         guard: &Guard,
-    ) {
+    ) -> Option<SendPtr<Header<K>>> {
         match change {
-            Change::Keep => {}
+            Change::Keep => None,
             Change::Repoint(newer) => {
                 let newer = Arc::into_raw(newer).cast_mut();
                 // Release pairs with the Acquire load in `Node::policy`: the new version is
@@ -621,6 +631,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
                         drop(Arc::from_raw(old.0.cast_const()));
                     });
                 }
+                None
             }
             Change::Replace(state) => {
                 let (policy, words) = state.into_parts();
@@ -628,7 +639,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
                 // The same key: the same tag. Release: as in `insert`.
                 let (_, tag) = untagged(slot.load(Ordering::Relaxed));
                 slot.store(tagged(fresh, tag), Ordering::Release);
-                Self::retire_node(node, guard);
+                Some(SendPtr(node.ptr.as_ptr()))
             }
             Change::Remove => {
                 // Relaxed: readers that load the tombstone simply probe on.
@@ -636,21 +647,26 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
                 counts.live = counts.live.saturating_sub(1);
                 // Relaxed: a counter.
                 self.live.fetch_sub(1, Ordering::Relaxed);
-                Self::retire_node(node, guard);
+                Some(SendPtr(node.ptr.as_ptr()))
             }
         }
     }
 
-    /// Frees a node taken out of the table once no reader can hold it.
-    fn retire_node(node: Node<'_, K>, guard: &Guard) {
-        let dead = SendPtr(node.ptr.as_ptr());
-        // SAFETY: the node is in no array any more; readers pinned before may still hold it,
-        // and the epoch runs this after they unpin.
+    /// Frees nodes taken out of the table once no reader can hold them: one deferred
+    /// function for the lot (a sweep's thousands of nodes are one entry of the epoch's
+    /// queue, freed at its next collection rather than a bag of 64 at a time).
+    fn retire_nodes(dead: Vec<SendPtr<Header<K>>>, guard: &Guard) {
+        if dead.is_empty() {
+            return;
+        }
+        // SAFETY: the nodes are in no array any more; readers pinned before may still hold
+        // them, and the epoch runs this after they unpin.
         #[allow(unsafe_code)]
         unsafe {
             guard.defer_unchecked(move || {
-                let dead = dead;
-                free_node(dead.0);
+                for node in dead {
+                    free_node(node.0);
+                }
             });
         }
     }
@@ -669,7 +685,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
         let Some(slots) = (unsafe { slots.as_ref() }) else {
             return 0;
         };
-        let before = counts.live;
+        let mut dead = Vec::new();
         for slot in slots.slots.iter() {
             let found = slot.load(Ordering::Relaxed);
             let Some(ptr) = NonNull::new(untagged(found).0).filter(|_| found != tombstone()) else {
@@ -677,12 +693,24 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
             };
             let node = Node { ptr, _guard: PhantomData };
             let change = change(node);
-            self.apply(slot, node, change, &mut counts, &guard);
+            dead.extend(self.apply(slot, node, change, &mut counts, &guard));
         }
-        let removed = before.saturating_sub(counts.live);
+        let removed = dead.len();
+        Self::retire_nodes(dead, &guard);
         let len = slots.slots.len();
         let tombstones = counts.used.saturating_sub(counts.live);
-        if len > SMALLEST && counts.live.saturating_mul(8) <= len {
+        if counts.live == 0 {
+            // An empty shard gives its array back too (the table then holds nothing but its
+            // shards, as when new).
+            counts.used = 0;
+            let old = shard.slots.swap(epoch::Shared::null(), Ordering::Release, &guard);
+            // SAFETY: unreachable from now on (readers that load null find nothing); readers
+            // pinned before may still probe it, and the epoch frees it after they unpin.
+            #[allow(unsafe_code)]
+            unsafe {
+                guard.defer_destroy(old);
+            }
+        } else if len > SMALLEST && counts.live.saturating_mul(8) <= len {
             let wanted = counts.live.saturating_mul(2).max(SMALLEST).next_power_of_two();
             self.rebuild(shard, &mut counts, wanted, &guard);
         } else if tombstones.saturating_mul(4) >= len && tombstones > 0 {

@@ -19,6 +19,14 @@ use loom::sync::Arc;
 use loom::thread;
 use slidegate::{Carry, Limit, Limiter, ManualClock, PolicyConfig};
 
+/// `loom::model` with room for a sweep, which locks each of the table's 64 shards in turn
+/// and then flushes the epoch: more branches than loom's default allows.
+fn model(f: impl Fn() + Sync + Send + 'static) {
+    let mut model = loom::model::Builder::new();
+    model.max_branches = 20_000;
+    model.check(f);
+}
+
 /// A limiter of `max` per second on a manual clock (no background thread).
 fn limiter(max: u64) -> (Arc<Limiter<u64>>, ManualClock) {
     let clock = ManualClock::new();
@@ -42,7 +50,7 @@ fn used(limiter: &Limiter<u64>, key: u64, max: u64) -> u64 {
 /// counted once, in whichever node ends up holding the key.
 #[test]
 fn check_races_an_eviction() {
-    loom::model(|| {
+    model(|| {
         let (limiter, clock) = limiter(2);
         assert!(limiter.check(&1).is_allowed());
         clock.advance(Duration::from_secs(2));
@@ -62,7 +70,7 @@ fn check_races_an_eviction() {
 /// is gone while the key is held.
 #[test]
 fn check_races_a_reset() {
-    loom::model(|| {
+    model(|| {
         let (limiter, _clock) = limiter(3);
         assert!(limiter.check(&1).is_allowed());
         let checker = {
@@ -82,7 +90,7 @@ fn check_races_a_reset() {
 /// Two first checks of one key: one inserts, the other finds its node; both count in it.
 #[test]
 fn two_inserts_of_one_key() {
-    loom::model(|| {
+    model(|| {
         let (limiter, _clock) = limiter(5);
         let other = {
             let limiter = Arc::clone(&limiter);
@@ -100,7 +108,7 @@ fn two_inserts_of_one_key() {
 /// two, counted once whichever version it ran under.
 #[test]
 fn check_races_a_repoint() {
-    loom::model(|| {
+    model(|| {
         let (limiter, _clock) = limiter(2);
         assert!(limiter.check(&1).is_allowed());
         let checker = {
@@ -118,7 +126,7 @@ fn check_races_a_repoint() {
 /// while the node moves to the new one; its unit is counted once and both keys are held.
 #[test]
 fn check_races_a_rebuild() {
-    loom::model(|| {
+    model(|| {
         let (limiter, _clock) = limiter(4);
         // Keys of key 1's shard (the hasher's seeds are fixed under loom).
         let shard = limiter.shard_of(&1);
@@ -146,10 +154,7 @@ fn check_races_a_rebuild() {
 /// unit would be lost with the node.
 #[test]
 fn check_behind_the_sweepers_clock() {
-    // A sweep locks each of the 64 shards in turn: more branches than loom's default allows.
-    let mut model = loom::model::Builder::new();
-    model.max_branches = 20_000;
-    model.check(|| {
+    model(|| {
         let clock = ManualClock::new();
         let limit = Limit::per_second(2).strict();
         let limiter = Limiter::<u64>::builder().limit(limit).clock(clock.clone()).build().unwrap();
