@@ -31,13 +31,14 @@
 //! # Ok::<(), slidegate::ConfigError>(())
 //! ```
 //!
-//! Layout of the crate: [`limit`](Limit) (limits and their string form),
-//! `window.rs` (the per-key counters and the lock-free admission: the hot path),
-//! `algorithm/` (the fixed window, sliding log and GCRA under the same protocol:
-//! [`Algorithm`]), `limiter.rs` (the keyed map, the builder, sweeping, several keys at once),
-//! `policy.rs` (named policies: tiers per key, changed at runtime, [`PolicyConfig`]),
-//! `clock.rs`, `decision.rs`, `error.rs`, `metrics.rs`, and `sync.rs` (the atomics shim that
-//! lets `loom` check the protocol).
+//! Layout of the crate: [`limit`](Limit) (limits and their string form), `limiter.rs` (the
+//! keyed front end: one lookup path, the builder, several keys at once), `table.rs` (where
+//! each key's counters live: lock-free lookups, one node per key), `window.rs` (the per-key
+//! counters and the lock-free admission), `algorithm/` (the fixed window, sliding log and
+//! GCRA under the same protocol: [`Algorithm`]), `policy.rs` (named policies: tiers per key,
+//! changed at runtime, [`PolicyConfig`]), `clock.rs` and `housekeeper.rs` (one clock ticker
+//! and one sweeper thread per process), `decision.rs`, `error.rs`, `metrics.rs`, and
+//! `sync.rs` (the shim that lets `loom` check the protocols).
 //!
 //! Cargo features, all off by default: `tower` (an HTTP layer answering 429 with
 //! `Retry-After` and `RateLimit` fields: module `tower`), `axum` (axum's
@@ -46,9 +47,9 @@
 //! `RedisLimiter`, `HybridLimiter`), `memcached` (the two-bucket estimate on memcached),
 //! `serde` (limits in configuration files).
 
-// `unsafe` appears in two places: the sweeper's walk of a shard under its read lock
-// (`limiter.rs`), and the sliding log's shared snapshots (`algorithm/log.rs`). Everything
-// else is safe code.
+// `unsafe` appears in two places: the key table's nodes, arrays and epoch-deferred frees
+// (`table.rs`), and the sliding log's shared snapshots (`algorithm/log.rs`). Everything else
+// is safe code.
 #![deny(unsafe_code)]
 #![warn(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]

@@ -1,5 +1,5 @@
 //! The hidden-cost guard: a check on a key the limiter already holds allocates nothing,
-//! whether it goes through the map or through the per-thread cache, admitted or refused,
+//! a hot key or one of many, admitted or refused,
 //! with one limit or several, for every algorithm but the sliding log (whose admissions
 //! allocate its new snapshot; its refusals must not). A counting global allocator sees every allocation of the
 //! process; this file holds a single test so no other test thread allocates meanwhile, and
@@ -36,7 +36,7 @@ fn exercise(limiter: &Limiter<String>, clock: &ManualClock, keys: &[String]) -> 
             let _ = limiter.check_n(key.as_str(), 2);
             let _ = limiter.peek(key.as_str());
         }
-        // The same hot key again and again: the per-thread cache's path.
+        // The same hot key again and again.
         for _ in 0..50 {
             let _ = limiter.check("client-7");
         }

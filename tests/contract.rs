@@ -496,7 +496,7 @@ where
     let evicted = limiter.sweep();
     assert_eq!(evicted, KEYS - kept.len(), "{name}: the fillers expire, the kept keys do not");
     assert_eq!(limiter.len(), kept.len(), "{name}");
-    // A fresh thread: no per-thread cache of these keys, every lookup goes to the map.
+    // A fresh thread: every lookup starts from the table.
     thread::scope(|s| {
         s.spawn(|| {
             let mut lost = Vec::new();

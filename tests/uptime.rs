@@ -818,8 +818,7 @@ fn a_jump_of_2_32_slots_finds_the_key_fresh_not_its_old_counts() {
                     continue;
                 }
                 let mut sim = Sim::new(&format!("a jump of {jump} ns"), variant, &[text], start, false);
-                // Fill the key in one slot. From the third check on, this thread checks it
-                // through its per-thread cache (src/cache.rs), which then holds the full state.
+                // Fill the key in one slot.
                 for n in 0..rule.max + 2 {
                     assert_eq!(sim.check(7, 1).is_allowed(), n < rule.max, "{}", sim.label);
                 }

@@ -252,8 +252,8 @@ fn two_checks_insert_the_same_key() {
     });
 }
 
-/// The sweeper's race with a check that holds the state through its per-thread cache (no
-/// lock at all): as `check_races_a_sweep_with_a_later_clock`, but only `retire`'s CAS and
+/// The sweeper's race with a check that found the key's node before the sweep (no lock
+/// at all): as `check_races_a_sweep_with_a_later_clock`, but only `retire`'s CAS and
 /// the check's SeqCst re-read of `touched` stand between them. Either the retirement comes
 /// first and the check, finding its state retired (before or after its commit), starts
 /// over and re-inserts the key; or the check's raised `touched` makes the retirement fail.
