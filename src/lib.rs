@@ -33,9 +33,10 @@
 //!
 //! Layout of the crate: [`limit`](Limit) (limits and their string form), `limiter.rs` (the
 //! keyed front end: one lookup path, the builder, several keys at once), `table.rs` (where
-//! each key's counters live: lock-free lookups, one node per key), `window.rs` (the per-key
-//! counters and the lock-free admission), `algorithm/` (the fixed window, sliding log and
-//! GCRA under the same protocol: [`Algorithm`]), `policy.rs` (named policies: tiers per key,
+//! each key's counters live: lock-free lookups, one node per key), `protocol.rs` (the
+//! lock-free admission, in reading order), `layout.rs` (how a key's words are laid out and
+//! packed), `algorithm/` (one file per algorithm: the sliding window, fixed window, sliding
+//! log and GCRA: [`Algorithm`]), `policy.rs` (named policies: tiers per key,
 //! changed at runtime, [`PolicyConfig`]), `clock.rs` and `housekeeper.rs` (one clock ticker
 //! and one sweeper thread per process), `decision.rs`, `error.rs`, `metrics.rs`, and
 //! `sync.rs` (the shim that lets `loom` check the protocols).
@@ -71,12 +72,14 @@ mod decision;
 mod divisor;
 mod error;
 mod housekeeper;
+mod layout;
 mod limit;
 mod limiter;
 #[cfg(feature = "memcached")]
 pub mod memcached;
 mod metrics;
 mod policy;
+mod protocol;
 #[cfg(feature = "redis")]
 pub mod redis;
 #[cfg(any(feature = "redis", feature = "memcached"))]
@@ -85,16 +88,16 @@ mod sync;
 mod table;
 #[cfg(feature = "tower")]
 pub mod tower;
-mod window;
 
 pub use algorithm::{Algorithm, MAX_LOG_UNITS};
 pub use clock::ManualClock;
 pub use decision::{Decision, Denial};
 pub use error::ConfigError;
+pub use layout::MAX_LIMITS;
 pub use limit::{Accuracy, Limit, MAX_SLOTS, MAX_UNITS, MAX_WINDOW};
 pub use limiter::{Identities, Limiter, LimiterBuilder};
 pub use policy::{PolicyConfig, DEFAULT_POLICY};
-pub use window::{Carry, MAX_IDENTITIES, MAX_LIMITS};
+pub use protocol::{Carry, MAX_IDENTITIES};
 
 /// The per-key protocol, exposed for the `loom-tests` crate only (built with
 /// `--cfg slidegate_loom`). Not part of the public API.
@@ -102,7 +105,8 @@ pub use window::{Carry, MAX_IDENTITIES, MAX_LIMITS};
 #[doc(hidden)]
 pub mod model {
     pub use crate::algorithm::Algorithm;
-    pub use crate::window::{Carry, KeyState, Outcome, OwnedState, Policy};
+    pub use crate::layout::Policy;
+    pub use crate::protocol::{Carry, KeyState, Outcome, OwnedState};
 }
 
 // The README's gateway example needs the `tower` and `axum` features (the README's test

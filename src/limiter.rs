@@ -3,7 +3,7 @@
 //!
 //! # The path of a check
 //! [`Limiter::check_n`] → `decide`: pin the epoch, hash the key once, find its node, and
-//! run the per-key protocol (`window.rs`) on its counters under the node's policy. Only
+//! run the per-key protocol (`protocol.rs`) on its counters under the node's policy. Only
 //! when that cannot answer does it take the shard's mutex: the key is new (`insert`), its
 //! state expired or was retired (`renew` replaces it), or its policy has a newer version
 //! (`renew` moves it). Everything else a limiter does (several keys at once, peeks,
@@ -25,11 +25,12 @@ use crate::clock::{real_clock, ClockLease, ManualClock, Now};
 use crate::decision::Decision;
 use crate::error::ConfigError;
 use crate::housekeeper::{self, Registration, Sweep};
+use crate::layout::Policy;
 use crate::limit::Limit;
 use crate::metrics::{Denials, Metrics};
 use crate::policy::{PolicyConfig, Tiers, DEFAULT_POLICY};
+use crate::protocol::{Carry, KeyState, Outcome, OwnedState, MAX_IDENTITIES};
 use crate::table::{Change, Node, Refused, Table};
-use crate::window::{Carry, KeyState, Outcome, OwnedState, Policy, MAX_IDENTITIES};
 
 /// The default resolution of the real clock.
 const DEFAULT_TICK: Duration = Duration::from_millis(1);

@@ -11,9 +11,10 @@ use arc_swap::ArcSwap;
 
 use crate::algorithm::Algorithm;
 use crate::error::ConfigError;
+use crate::layout::Policy;
 use crate::limit::Limit;
 use crate::metrics::Metrics;
-use crate::window::{Carry, Policy};
+use crate::protocol::Carry;
 
 /// The name of the policy that [`LimiterBuilder::limit`](crate::LimiterBuilder::limit)
 /// adds to.

@@ -40,8 +40,9 @@ use std::sync::{Arc, PoisonError, TryLockError};
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
 use crossbeam_utils::CachePadded;
 
+use crate::layout::{fill_initial, initial_words, Policy};
+use crate::protocol::{KeyState, OwnedState};
 use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering};
-use crate::window::{fill_initial, initial_words, KeyState, OwnedState, Policy};
 
 /// Shards per table: a rebuild rehashes one shard's keys (at 1 M keys, about 16 k), during
 /// which only inserts into that shard wait; checks never do.

@@ -2,9 +2,10 @@
 //! packing as the sliding window's `cur`. A check in a later window than the word's counts
 //! from zero; an admission is one CAS.
 
+use crate::layout::{count_of, pack, set, tag_distance, tag_of, Rule};
 use crate::limit::MAX_UNITS;
+use crate::protocol::{Counter, KeyState};
 use crate::sync::Ordering;
-use crate::window::{count_of, pack, set, tag_distance, tag_of, Counter, KeyState, Rule};
 
 pub(crate) struct Fixed;
 

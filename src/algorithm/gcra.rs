@@ -3,9 +3,10 @@
 //! moves it to `max(TAT, now) + cost × interval`, allowed while that stays within `burst`
 //! (= `max × interval`) of `now`. An admission is one CAS; a refusal writes nothing.
 
+use crate::layout::{set, Rule};
 use crate::limit::MAX_UNITS;
+use crate::protocol::{Counter, KeyState};
 use crate::sync::Ordering;
-use crate::window::{set, Counter, KeyState, Rule};
 
 pub(crate) struct Gcra;
 

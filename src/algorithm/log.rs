@@ -13,8 +13,9 @@
 #![allow(unsafe_code)]
 
 use crate::algorithm::MAX_LOG_UNITS;
+use crate::layout::{set, Rule};
+use crate::protocol::{Counter, KeyState};
 use crate::sync::Ordering;
-use crate::window::{set, Counter, KeyState, Rule};
 
 const EMPTY: u64 = 0;
 /// Never an address: snapshots are 8-byte aligned.

@@ -1,18 +1,22 @@
-//! [`Algorithm`]: how a limiter counts each limit. The sliding-window counter is the hot path
-//! in `window.rs`; the other algorithms here run under the same admission protocol (views,
-//! one CAS per limit, rollback across limits, retirement) through the `Counter` trait.
+//! [`Algorithm`]: how a limiter counts each limit, one file per algorithm (`sliding.rs`,
+//! `fixed.rs`, `log.rs`, `gcra.rs`), all run by the same admission protocol (`protocol.rs`:
+//! views, one CAS per limit, rollback across limits, retirement) through the `Counter`
+//! trait.
 
 mod fixed;
 mod gcra;
 mod log;
+mod sliding;
 
 pub(crate) use fixed::Fixed;
 pub(crate) use gcra::Gcra;
 pub(crate) use log::Log;
+pub(crate) use sliding::Sliding;
 
 use crate::error::ConfigError;
+use crate::layout::Rule;
 use crate::limit::Limit;
-use crate::window::{Counter, Rule, Sliding};
+use crate::protocol::Counter;
 
 /// The most units a [`Algorithm::SlidingLog`] limit may allow per window: the log keeps one
 /// 8-byte timestamp per admitted unit inside the window, so this bounds a key's log at

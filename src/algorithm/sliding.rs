@@ -1,0 +1,543 @@
+//! The sliding window (interpolated or strict): one limit's ring of per-slot counters.
+//!
+//! # Layout
+//! A limit's words, behind the key's `touched` (`layout.rs`):
+//!
+//! ```text
+//! [cur] [sum] [hist × (n+1)]
+//! ```
+//!
+//! * `cur`: the limit's current slot as one word, `(slot tag: u32, count: u32)`. Every
+//!   admission into the limit is a CAS on this word, so per limit, admissions are totally
+//!   ordered and exact.
+//! * `sum`: `(slot tag, units in the closed slots wholly inside that slot's window)`, so a
+//!   check in an open slot reads three words whatever the window's length (a window of one
+//!   slot has none).
+//! * `hist`: a ring of `n + 1` closed slots, each `(slot tag, count)`. Slot `i` lives at
+//!   position `i % (n + 1)`. At a current slot `k` the window reads slots `k-n ..= k-1`
+//!   from the ring, which leaves position `k % (n+1)` free: the thread that moves `cur`
+//!   from `k` to a later slot writes slot `k`'s final count there *before* its CAS, so the
+//!   history is complete the moment the new `cur` is visible (Release on the CAS, Acquire on
+//!   the load). A jump of several slots also writes the skipped slots as empty; a reader
+//!   that meets such a newer tag knows time has moved on and adopts the later slot, so no
+//!   one waits for anyone.
+
+use crate::layout::{count_of, pack, set, tag_distance, tag_of, Rule};
+use crate::limit::MAX_UNITS;
+use crate::protocol::{Counter, KeyState};
+use crate::sync::Ordering;
+
+/// A `sum` word's count once the units over a window no longer fit 32 bits (`pack`
+/// saturates): the sum is then added up from the ring, which holds every slot's count.
+const SUM_SATURATED: u64 = u32::MAX as u64;
+
+/// One limit as a check sees it: what is in the window now, and what a commit would write.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct View {
+    /// The slot this view is for (may be later than the caller's clock if another thread
+    /// has already moved on), and ns elapsed in it.
+    slot: u64,
+    elapsed: u64,
+    /// The `cur` word as loaded: the expected value of the commit's CAS. When its tag is
+    /// older than `slot`, the commit closes that slot.
+    seen: u64,
+    /// Units in the current slot, in the closed slots wholly inside the window, and in the
+    /// oldest, partly covered slot.
+    current: u64,
+    full: u64,
+    oldest: u64,
+    /// The key is expired: every count is zero.
+    expired: bool,
+}
+
+impl View {
+    /// The slot that `cur` holds and a commit would close, with its final count.
+    #[inline]
+    #[allow(
+        clippy::arithmetic_side_effects,
+        reason = "behind > 0 slots before this one is the slot cur holds, at least ring"
+    )]
+    fn closing(&self) -> Option<(u64, u64)> {
+        let behind = tag_distance(self.slot as u32, tag_of(self.seen));
+        (behind > 0 && !self.expired).then(|| (self.slot - behind as u64, count_of(self.seen)))
+    }
+
+    /// The weight (out of `precision`) with which the oldest slot still counts.
+    #[inline]
+    #[allow(clippy::arithmetic_side_effects, reason = "elapsed is a remainder of precision, or 0")]
+    fn weight(&self, rule: &Rule) -> u64 {
+        if rule.strict {
+            rule.precision
+        } else {
+            rule.precision - self.elapsed
+        }
+    }
+
+    /// Does `cost` more fit? `whole + cost + oldest × weight / precision ≤ max`, in exact
+    /// integers (the product needs 96 bits at most; no division).
+    #[inline]
+    #[allow(
+        clippy::arithmetic_side_effects,
+        reason = "counts and cost sum below 2⁴⁵ (module docs), used ≤ max below, u64 × u64 fits u128"
+    )]
+    fn admits(&self, rule: &Rule, cost: u64) -> bool {
+        let used = self.current + self.full + cost;
+        if used > rule.max {
+            return false;
+        }
+        self.oldest == 0
+            || u128::from(self.oldest) * u128::from(self.weight(rule))
+                <= u128::from(rule.max - used) * u128::from(rule.precision)
+    }
+
+    /// Whole units still free after `cost` more: `max − whole − cost − ⌈oldest × weight /
+    /// precision⌉`, at least 0.
+    #[inline]
+    #[allow(clippy::arithmetic_side_effects, reason = "counts and cost sum below 2⁴⁵ (module docs)")]
+    fn room(&self, rule: &Rule, cost: u64) -> u64 {
+        let free = rule.max.saturating_sub(self.current + self.full + cost);
+        if self.oldest == 0 {
+            return free;
+        }
+        free.saturating_sub(self.oldest_share(rule))
+    }
+
+    /// Units in the window, not capped at `max` (a state can hold more: `record`, or units
+    /// carried over from a policy with a larger `max`).
+    fn used(&self, rule: &Rule) -> u64 {
+        let whole = self.current.saturating_add(self.full);
+        if self.oldest == 0 {
+            return whole;
+        }
+        whole.saturating_add(self.oldest_share(rule))
+    }
+
+    /// `⌈oldest × weight / precision⌉`: what the oldest, partly covered slot still weighs.
+    #[inline]
+    #[allow(
+        clippy::arithmetic_side_effects,
+        reason = "u64 × u64 fits u128, and a quotient by precision (≥ 1 ms) is far below u64::MAX"
+    )]
+    fn oldest_share(&self, rule: &Rule) -> u64 {
+        let faded = u128::from(self.oldest) * u128::from(self.weight(rule));
+        // A fast division when the product fits 64 bits (it nearly always does).
+        match u64::try_from(faded) {
+            Ok(faded) => match rule.by_precision.div_rem(faded) {
+                (q, 0) => q,
+                (q, _) => q + 1,
+            },
+            Err(_) => u64::try_from(faded.div_ceil(u128::from(rule.precision))).unwrap_or(u64::MAX),
+        }
+    }
+}
+
+/// A history read: the slot's count, or the index of a newer slot found in its place.
+enum Hist {
+    Count(u64),
+    Newer(u64),
+}
+
+/// The sliding-window counter (interpolated or strict): the module docs describe it.
+pub(crate) struct Sliding;
+
+impl Counter for Sliding {
+    type View = View;
+    type Pin = ();
+    /// A slot's count saturates at 2³²−1 (`pack`).
+    const MOST: u64 = MAX_UNITS;
+    #[inline(always)]
+    fn pin() {}
+    #[allow(clippy::arithmetic_side_effects, reason = "ring is at most MAX_SLOTS + 1")]
+    fn words(rule: &Rule) -> usize {
+        1 + usize::from(rule.slots > 1) + rule.ring as usize
+    }
+    fn reset(words: &mut [u64], rule: &Rule, now: u64) {
+        let (slot, _) = rule.slot_of(now);
+        set(words, rule.at, pack(slot, 0));
+        if let Some(at) = rule.sum_word() {
+            set(words, at, pack(slot, 0));
+        }
+        // `slot_of` puts every slot at least `ring` in: nothing saturates.
+        for i in slot.saturating_sub(rule.ring)..slot {
+            set(words, rule.position(i), pack(i, 0));
+        }
+    }
+    #[inline(always)]
+    fn view(state: &KeyState, rule: &Rule, now: u64, expired: bool) -> View {
+        state.view(rule, now, expired)
+    }
+    #[inline(always)]
+    fn retired(_: &View) -> bool {
+        false
+    }
+    #[inline(always)]
+    fn admits(rule: &Rule, view: &View, cost: u64) -> bool {
+        view.admits(rule, cost)
+    }
+    #[inline(always)]
+    fn commit(state: &KeyState, rule: &Rule, view: &View, cost: u64) -> bool {
+        state.commit(rule, view, cost)
+    }
+    fn rollback(state: &KeyState, rule: &Rule, view: &View, cost: u64) {
+        state.rollback(rule, view.slot, cost);
+    }
+    #[inline(always)]
+    fn room(rule: &Rule, view: &View, cost: u64) -> u64 {
+        view.room(rule, cost)
+    }
+    fn used(rule: &Rule, view: &View) -> u64 {
+        view.used(rule)
+    }
+    fn admissible_at(state: &KeyState, rule: &Rule, view: &View, cost: u64) -> Result<u64, u64> {
+        state.admissible_at(rule, view, cost)
+    }
+    #[inline(always)]
+    fn at(_: &Rule, view: &View, _: u64) -> (u64, u64) {
+        (view.slot, view.elapsed)
+    }
+}
+
+impl KeyState<'_> {
+    /// Reads one limit's window at `now` (loads only).
+    #[inline(always)]
+    #[allow(clippy::arithmetic_side_effects, reason = "a slot is at least ring = slots + 1 (module docs)")]
+    fn view(&self, rule: &Rule, now: u64, expired: bool) -> View {
+        let (slot, elapsed) = rule.slot_of(now);
+        // Acquire pairs with the Release CAS in `commit`/`rollback`: it makes the history
+        // and `sum` written before the CAS that produced this value (or any earlier one in
+        // its release sequence) visible to the reads below.
+        let seen = self.word(rule.at).load(Ordering::Acquire);
+        if expired {
+            return View { slot, elapsed, seen, expired, ..View::default() };
+        }
+        if tag_of(seen) == slot as u32 {
+            // The common case, an open slot: three words, whatever the window's length.
+            let oldest = self.word(rule.position(slot - rule.slots)).load(Ordering::Relaxed);
+            let sum = rule.sum_word().map_or(pack(slot, 0), |at| self.word(at).load(Ordering::Relaxed));
+            // Relaxed: both ordered by the Acquire load of `cur` above.
+            // A saturated sum takes the slow path, which adds the ring up.
+            if tag_distance(tag_of(oldest), (slot - rule.slots) as u32) <= 0
+                && tag_of(sum) == slot as u32
+                && count_of(sum) != SUM_SATURATED
+            {
+                let oldest = if tag_of(oldest) == (slot - rule.slots) as u32 { count_of(oldest) } else { 0 };
+                let (current, full) = (count_of(seen), count_of(sum));
+                return View { slot, elapsed, seen, current, full, oldest, expired };
+            }
+        }
+        self.view_slow(rule, slot, elapsed, seen)
+    }
+
+    /// The view when `cur` holds another slot than `now`'s, or when time has moved past
+    /// `now` in another thread.
+    #[cold]
+    #[inline(never)]
+    fn view_slow(&self, rule: &Rule, mut slot: u64, mut elapsed: u64, seen: u64) -> View {
+        loop {
+            match self.view_at(rule, slot, elapsed, seen) {
+                Ok(view) => return view,
+                // Another thread already works in a later slot: time is at least there.
+                Err(later) => (slot, elapsed) = (later, 0),
+            }
+        }
+    }
+
+    /// The view at `slot` given the loaded `cur` word, or the later slot to adopt instead
+    /// when `cur`, `sum` or the ring shows that time has already moved past `slot`.
+    #[allow(
+        clippy::arithmetic_side_effects,
+        reason = "slots are below 2⁴⁵ and at least ring (module docs); tag distances are below 2³¹"
+    )]
+    fn view_at(&self, rule: &Rule, slot: u64, elapsed: u64, seen: u64) -> Result<View, u64> {
+        let behind = tag_distance(slot as u32, tag_of(seen));
+        if behind < 0 {
+            return Err(slot + behind.unsigned_abs());
+        }
+        let mut view = View { slot, elapsed, seen, ..View::default() };
+        let oldest = slot - rule.slots;
+        if behind == 0 {
+            view.current = count_of(seen);
+            view.oldest = match self.hist(rule, oldest) {
+                Hist::Count(units) => units,
+                Hist::Newer(newer) => return Err(newer + 1),
+            };
+            if let Some(at) = rule.sum_word() {
+                // Relaxed: ordered by the Acquire load of `cur` in `view`.
+                let sum = self.word(at).load(Ordering::Relaxed);
+                match tag_distance(tag_of(sum), slot as u32) {
+                    // A saturated sum (more than 2³²−1 units recorded over the window) no
+                    // longer says how many: add the ring up instead.
+                    0 if count_of(sum) == SUM_SATURATED => view.full = self.closed_units(rule, &view)?,
+                    0 => view.full = count_of(sum),
+                    d if d > 0 => return Err(slot + d as u64),
+                    // Never written for this slot (cannot happen after `reset`/`commit`,
+                    // which write it before `cur`): add the ring up instead.
+                    _ => view.full = self.closed_units(rule, &view)?,
+                }
+            }
+            return Ok(view);
+        }
+        // `cur` holds an older slot: this check would close it. Read the window from the
+        // ring with that slot's count in place of what the ring has for it (once per slot).
+        let (closed, units) = (slot - behind as u64, count_of(seen));
+        view.oldest = match oldest {
+            i if i == closed => units,
+            i if i > closed => 0,
+            i => match self.hist(rule, i) {
+                Hist::Count(units) => units,
+                Hist::Newer(newer) => return Err(newer + 1),
+            },
+        };
+        view.full = match self.carried_sum(rule, &view, closed, units)? {
+            Some(full) => full,
+            None => self.closed_units(rule, &view)?,
+        };
+        Ok(view)
+    }
+
+    /// `full` for the slot `view` moves to, carried over from the `sum` of the slot `cur`
+    /// closes (`closed`, holding `units`): plus the closed slot, minus the slots that leave
+    /// the window with the move. O(slots moved) rather than O(window), so a key checked
+    /// about once per slot does not walk its whole ring at every check. `None` when that
+    /// `sum` is not the closed slot's (a racing move): add the ring up instead.
+    #[allow(
+        clippy::arithmetic_side_effects,
+        reason = "closed < view.slot, both at least ring > slots (module docs); a sum and a count fit 33 bits"
+    )]
+    fn carried_sum(&self, rule: &Rule, view: &View, closed: u64, units: u64) -> Result<Option<u64>, u64> {
+        let Some(at) = rule.sum_word() else { return Ok(Some(0)) };
+        if view.slot - closed >= rule.slots {
+            // The closed slot and everything before it are out of the window.
+            return Ok(Some(0));
+        }
+        // Relaxed: ordered by the Acquire load of `cur` in `view` (written before the CAS
+        // that moved `cur` to `closed`).
+        let sum = self.word(at).load(Ordering::Relaxed);
+        // A saturated sum no longer says how many units it held: subtracting the slots that
+        // leave would forget units still in the window.
+        if tag_of(sum) != closed as u32 || count_of(sum) == SUM_SATURATED {
+            return Ok(None);
+        }
+        let mut full = count_of(sum) + units;
+        for leaving in closed + 1 - rule.slots..=view.slot - rule.slots {
+            let Hist::Count(left) = self.hist(rule, leaving) else { return Ok(None) };
+            let Some(rest) = full.checked_sub(left) else { return Ok(None) };
+            full = rest;
+        }
+        Ok(Some(full))
+    }
+
+    /// Units in the closed slots wholly inside `view`'s window (`slot − n + 1 .. slot`),
+    /// from the ring, with the slot `view` closes (if any) read from `cur` instead.
+    #[allow(
+        clippy::arithmetic_side_effects,
+        reason = "a slot is at least ring > slots; at most MAX_SLOTS 32-bit counts are added (module docs)"
+    )]
+    fn closed_units(&self, rule: &Rule, view: &View) -> Result<u64, u64> {
+        let closing = view.closing();
+        let mut full = 0u64;
+        for i in view.slot + 1 - rule.slots..view.slot {
+            full += match closing {
+                Some((closed, units)) if i == closed => units,
+                Some((closed, _)) if i > closed => 0,
+                _ => match self.hist(rule, i) {
+                    Hist::Count(units) => units,
+                    // A jump past this slot is being written: adopt it.
+                    Hist::Newer(newer) => return Err(newer + 1),
+                },
+            };
+        }
+        Ok(full)
+    }
+
+    #[inline]
+    #[allow(clippy::arithmetic_side_effects, reason = "a slot below 2⁴⁵ plus a tag distance below 2³¹")]
+    fn hist(&self, rule: &Rule, slot: u64) -> Hist {
+        // Relaxed: ordered by the Acquire load of `cur` in `view` (see there).
+        let word = self.word(rule.position(slot)).load(Ordering::Relaxed);
+        match tag_distance(tag_of(word), slot as u32) {
+            0 => Hist::Count(count_of(word)),
+            d if d > 0 => Hist::Newer(slot + d as u64),
+            _ => Hist::Count(0),
+        }
+    }
+
+    /// Units in slot `i` as `view` sees it (for retry times), or `None` if a racing check has
+    /// moved the key on and reused the slot's ring position since the view was taken.
+    fn units_in(&self, rule: &Rule, view: &View, i: u64) -> Option<u64> {
+        if view.expired || i > view.slot {
+            return Some(0);
+        }
+        if i == view.slot {
+            return Some(view.current);
+        }
+        match view.closing() {
+            Some((closed, units)) if i == closed => Some(units),
+            Some((closed, _)) if i > closed => Some(0),
+            _ => match self.hist(rule, i) {
+                Hist::Count(units) => Some(units),
+                Hist::Newer(_) => None,
+            },
+        }
+    }
+
+    /// Counts `cost` in the view's slot with one CAS on `cur`, first writing what the move
+    /// to a new slot closes: the closed slot's final count, the skipped slots as empty, and
+    /// the new slot's `sum`. `false` if `cur` changed since the view.
+    #[inline(always)]
+    #[allow(
+        clippy::arithmetic_side_effects,
+        reason = "slots below 2⁴⁵ and at least ring (module docs); a 32-bit count plus a cost ≤ MOST"
+    )]
+    fn commit(&self, rule: &Rule, view: &View, cost: u64) -> bool {
+        if let Some((closed, units)) = view.closing() {
+            let lowest = view.slot - rule.ring;
+            if closed >= lowest {
+                self.raise(rule.position(closed), pack(closed, units));
+            }
+            for skipped in (closed + 1).max(lowest)..view.slot {
+                self.raise(rule.position(skipped), pack(skipped, 0));
+            }
+            if let Some(at) = rule.sum_word() {
+                self.raise(at, pack(view.slot, view.full));
+            }
+        }
+        let next = pack(view.slot, view.current + cost);
+        // Release pairs with the Acquire load in `view`: the history written just above
+        // happens-before any view that sees `next` (or a later value in its release sequence).
+        // Acquire pairs with the RMWs of `migrate` (see there).
+        self.word(rule.at).compare_exchange(view.seen, next, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+    }
+
+    /// Stores `word` in a ring position unless the position already holds a newer slot, or
+    /// the same slot with at least as many units. Every thread closing a slot writes the
+    /// same final count, and a stale writer's smaller count or older slot loses, so the
+    /// ring only ever moves forward.
+    fn raise(&self, position: usize, word: u64) {
+        let cell = self.word(position);
+        // Relaxed: published by the Release CAS on `cur` that follows in `commit`.
+        let mut old = cell.load(Ordering::Relaxed);
+        loop {
+            let ahead = tag_distance(tag_of(word), tag_of(old));
+            if ahead < 0 || (ahead == 0 && count_of(word) <= count_of(old)) {
+                return;
+            }
+            match cell.compare_exchange_weak(old, word, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return,
+                Err(seen) => old = seen,
+            }
+        }
+    }
+
+    /// Takes back `cost` units committed to `slot` by a check that then failed on a later
+    /// limit. If the slot has closed meanwhile the units stay (see the module docs).
+    fn rollback(&self, rule: &Rule, slot: u64, cost: u64) {
+        let cell = self.word(rule.at);
+        let mut cur = cell.load(Ordering::Relaxed);
+        while tag_of(cur) == slot as u32 {
+            let next = pack(slot, count_of(cur).saturating_sub(cost));
+            // Release: continues the release sequence of the commit it undoes, so the
+            // history that commit published stays visible to readers of this value.
+            match cell.compare_exchange_weak(cur, next, Ordering::Release, Ordering::Relaxed) {
+                Ok(_) => return,
+                Err(seen) => cur = seen,
+            }
+        }
+    }
+
+    /// The earliest time (ns) at which `cost` more units fit this limit if nothing else is
+    /// admitted: the window slides forward slot by slot; within a slot the interpolated
+    /// count falls linearly, so the crossing point is solved exactly (rounded up to the ns).
+    ///
+    /// The walk re-reads the ring after the view. If a racing check has moved the key on
+    /// meanwhile and reused a position the walk needs, that slot's count is gone: read as
+    /// empty, it can keep the window from draining (a wait up to a whole window too long,
+    /// never too short), so the answer is an `Err` and the check starts over from fresh
+    /// views. It is not retried for ever: the racing check may be preempted in the middle of
+    /// its move (ring written, `cur` not yet), and a check must not wait for another.
+    fn admissible_at(&self, rule: &Rule, view: &View, cost: u64) -> Result<u64, u64> {
+        let mut lost = false;
+        let at = self.admissible_walk(rule, view, cost, &mut lost);
+        if lost {
+            Err(at)
+        } else {
+            Ok(at)
+        }
+    }
+
+    /// The walk of [`admissible_at`](Self::admissible_at); sets `lost` if it met a reused
+    /// ring position.
+    #[allow(
+        clippy::arithmetic_side_effects,
+        reason = "slots and counts below 2⁴⁵, slots at least ring (module docs); u64 × u64 fits u128"
+    )]
+    fn admissible_walk(&self, rule: &Rule, view: &View, cost: u64, lost: &mut bool) -> u64 {
+        let room = rule.max.saturating_sub(cost);
+        let p = u128::from(rule.precision);
+        let mut whole = view.current + view.full;
+        let mut oldest = view.oldest;
+        // The slot leaving the window at step `k` is `view.slot + k − n`; in an open slot
+        // (the common case) its count comes straight from the ring, walked position by
+        // position rather than through a division per slot.
+        let plain = view.closing().is_none() && !view.expired;
+        let mut position = rule.by_ring.rem(view.slot + 1 - rule.slots);
+        let mut start = view.slot;
+        if view.current > room {
+            // Nothing fits while the current slot is wholly inside the window (the usual
+            // refusal: a burst within one slot): go straight to where it becomes the oldest.
+            (start, whole, oldest) = (view.slot + rule.slots, 0, view.current);
+        }
+        for slot in start..=view.slot + rule.slots + 1 {
+            if slot > start {
+                // The slot that was oldest has left; the next one becomes the oldest.
+                let i = slot - rule.slots;
+                let leaving = if plain && i < view.slot {
+                    // Relaxed: ordered by the Acquire load of `cur` in `view`.
+                    let word = self.word(rule.ring_at + position as usize).load(Ordering::Relaxed);
+                    if tag_of(word) == i as u32 {
+                        count_of(word)
+                    } else {
+                        *lost = true;
+                        0
+                    }
+                } else {
+                    self.units_in(rule, view, i).unwrap_or_else(|| {
+                        *lost = true;
+                        0
+                    })
+                };
+                position = if position + 1 == rule.ring { 0 } else { position + 1 };
+                whole = whole.saturating_sub(leaving);
+                oldest = leaving;
+            }
+            let from = if slot == view.slot { view.elapsed } else { 0 };
+            if whole > room {
+                continue;
+            }
+            if rule.strict || oldest == 0 {
+                if whole + oldest <= room || oldest == 0 {
+                    return rule.time_of(slot, from);
+                }
+                continue;
+            }
+            // Need whole·p + oldest·(p − e) ≤ room·p, i.e. e ≥ (whole + oldest − room)·p / oldest.
+            let excess = (whole + oldest).saturating_sub(room);
+            if excess >= oldest {
+                // The crossing point is at or past the slot's end: the next slot decides.
+                continue;
+            }
+            // 64-bit division when the product fits (a 128-bit one is a slow library call).
+            let need = match excess.checked_mul(rule.precision) {
+                Some(product) => product.div_ceil(oldest),
+                None => {
+                    u64::try_from((u128::from(excess) * p).div_ceil(u128::from(oldest))).unwrap_or(u64::MAX)
+                }
+            };
+            let at = need.max(from);
+            if at < rule.precision {
+                return rule.time_of(slot, at);
+            }
+        }
+        rule.time_of(view.slot + rule.slots + 1, 0)
+    }
+}
