@@ -10,8 +10,9 @@
 //! node: no second pointer, and no allocation per key beyond the node.
 //!
 //! # Reads take no lock and write nothing shared
-//! A lookup pins `crossbeam-epoch` (a store to this thread's own epoch slot), loads the
-//! shard's array, probes it and compares hashes and keys. Everything that changes the table
+//! A lookup pins `crossbeam-epoch` (a compare-and-swap on this thread's own epoch slot;
+//! one pin in 128 also tries to advance the global epoch, the one shared write a read can
+//! make, amortised), loads the shard's array, probes it and compares tags and keys. Everything that changes the table
 //! (an insert, a removal, a node replaced, an array rebuilt) happens under the shard's
 //! mutex, which checks never take. A node or an array taken out of the table is freed
 //! through the epoch once no pinned reader can still hold it, so a reader never touches
