@@ -11,7 +11,8 @@
 //! least 1 ms they stay below 2⁴⁵, and a view only adopts slots that some thread computed
 //! that way, so adding a window's slots to one cannot overflow; and every slot is at least
 //! `ring = n + 1`, so subtracting a window's slots from one cannot go below zero. Counts
-//! are 32-bit fields and costs at most `max` (≤ 2³²−1), or clamped to that on the way in
+//! are at most 32-bit fields (a sliding window's ring entries may be narrower, see
+//! `algorithm/sliding.rs`) and costs at most `max` (≤ 2³²−1), or clamped to that on the way in
 //! (`Counter::MOST`), so sums of a window's counts and a cost stay below 2⁴⁵ too.
 //!
 //! Slot tags are 32 bits of the slot index. They are compared only within a key that is
@@ -95,6 +96,10 @@ pub(crate) struct Rule {
     pub(crate) at: usize,
     /// Index of the first ring word.
     pub(crate) ring_at: usize,
+    /// log₂ of the ring entries packed in one word's low 32 bits: 2 (four 8-bit counts)
+    /// for a `max` up to 254, 1 (two 16-bit counts) up to 65,534, else 0 (one 32-bit count).
+    /// See [`ring_entries_log`] and `algorithm/sliding.rs`.
+    pub(crate) entries_log: u32,
     /// `precision` and `ring` as fast divisors.
     pub(crate) by_precision: Divisor,
     pub(crate) by_ring: Divisor,
@@ -127,14 +132,39 @@ impl Rule {
         self.at
     }
 
+    /// Where slot `slot`'s ring entry lives: `(word index, bit shift in that word)`.
+    #[inline]
+    pub(crate) fn position(&self, slot: u64) -> (usize, u32) {
+        // `ring` is at most MAX_SLOTS + 1, so the remainder fits a usize.
+        self.place(self.by_ring.rem(slot) as usize)
+    }
+
+    /// `(word index, bit shift)` of ring position `position` (below `ring`).
     #[inline]
     #[allow(
         clippy::arithmetic_side_effects,
-        reason = "ring_at plus a remainder below ring is one of the limit's words"
+        reason = "ring_at plus a position below ring over the entries per word is one of the limit's words; the shift is below 32"
     )]
-    pub(crate) fn position(&self, slot: u64) -> usize {
-        // `ring` is at most MAX_SLOTS + 1, so the remainder fits a usize.
-        self.ring_at + self.by_ring.rem(slot) as usize
+    pub(crate) fn place(&self, position: usize) -> (usize, u32) {
+        let within = position & ((1 << self.entries_log) - 1);
+        (self.ring_at + (position >> self.entries_log), (within as u32) << (5 - self.entries_log))
+    }
+
+    /// The largest count a ring entry holds (`2^bits − 1`, at least `max`).
+    #[inline]
+    pub(crate) fn entry_most(&self) -> u64 {
+        match self.entries_log {
+            2 => 0xFF,
+            1 => 0xFFFF,
+            _ => 0xFFFF_FFFF,
+        }
+    }
+
+    /// Ring words: `ring` entries, `2^entries_log` to a word.
+    #[inline]
+    #[allow(clippy::arithmetic_side_effects, reason = "ring is at most MAX_SLOTS + 1")]
+    pub(crate) fn ring_words(&self) -> usize {
+        (self.ring as usize).div_ceil(1 << self.entries_log)
     }
 
     /// The `sum` word: `(slot tag, units in the closed slots wholly inside that slot's
@@ -220,6 +250,7 @@ impl Policy {
                 strict: limit.accuracy() == Accuracy::Strict,
                 at,
                 ring_at,
+                entries_log: ring_entries_log(limit.max()),
                 by_precision,
                 by_ring,
                 window,
@@ -309,7 +340,11 @@ impl Policy {
             && self.words == newer.words
             && self.rules.len() == newer.rules.len()
             && self.rules.iter().zip(newer.rules.iter()).all(|(a, b)| {
-                a.window == b.window && a.precision == b.precision && a.strict == b.strict && a.at == b.at
+                a.window == b.window
+                    && a.precision == b.precision
+                    && a.strict == b.strict
+                    && a.at == b.at
+                    && a.entries_log == b.entries_log
             })
     }
 
@@ -352,6 +387,17 @@ impl Policy {
     /// The decision for a cost that exceeds limit `index`'s `max`, given the room the key has.
     pub(crate) fn never(&self, index: usize, remaining: u64) -> Decision {
         Decision::cost_too_large(index, remaining)
+    }
+}
+
+/// log₂ of the ring entries per word for a limit of `max`: the narrowest count that holds
+/// more than `max` (a slot admits at most `max` units through checks; more only through
+/// `record` or a carry, and a narrow entry then saturates, see `algorithm/sliding.rs`).
+pub(crate) fn ring_entries_log(max: u64) -> u32 {
+    match max {
+        0..=0xFE => 2,
+        0xFF..=0xFFFE => 1,
+        _ => 0,
     }
 }
 

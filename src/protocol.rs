@@ -159,6 +159,19 @@ impl OwnedState {
         self.state().is_expired(policy, now)
     }
 
+    /// Units each limit of `policy` (the state's own, or one laid out the same) counts at
+    /// `now`, rounded up to whole units: what a cost-0 check sees as used.
+    #[cfg(slidegate_loom)]
+    pub fn used(&self, policy: &Policy, now: u64) -> Vec<u64> {
+        let state = KeyState::from_parts(&self.words, policy);
+        match policy.algorithm {
+            Algorithm::SlidingWindow => state.used::<Sliding>(now, false),
+            Algorithm::FixedWindow => state.used::<Fixed>(now, false),
+            Algorithm::SlidingLog => state.used::<Log>(now, false),
+            Algorithm::Gcra => state.used::<Gcra>(now, false),
+        }
+    }
+
     /// [`KeyState::migrate`].
     #[cfg(slidegate_loom)]
     pub fn migrate(&self, newer: &Arc<Policy>, now: u64, carry: Carry) -> OwnedState {

@@ -11,7 +11,7 @@ mod imp {
     use std::sync::{Arc, Mutex};
 
     use slidegate::model::{Algorithm, Outcome, OwnedState, Policy};
-    use slidegate::{Accuracy, Decision, Limit, MAX_LOG_UNITS};
+    use slidegate::{Decision, Limit, MAX_LOG_UNITS};
 
     /// One millisecond and one second, in the nanoseconds `KeyState` takes.
     pub const MS: u64 = 1_000_000;
@@ -47,30 +47,9 @@ mod imp {
     }
 
     /// The units limit `j` of `limits` holds at `now`, as a strict or interpolated estimate
-    /// rounded down to whole units (exact for strict limits).
-    ///
-    /// A cost-0 peek reports the room of the *tightest* limit, so it is taken through a probe
-    /// policy with the same layout (same windows, precisions and accuracies, hence the same
-    /// words) in which limit `j` is the tightest by far: `j` gets max 1000, the others 10⁶.
+    /// rounded up to whole units (exact for strict limits): what a cost-0 check sees as used.
     pub fn units(state: &OwnedState, limits: &[Limit], j: usize, now: u64) -> u64 {
-        const PROBE: u64 = 1000;
-        let probe: Vec<Limit> = limits
-            .iter()
-            .enumerate()
-            .map(|(i, l)| {
-                let max = if i == j { PROBE } else { 1000 * PROBE };
-                let same = Limit::new(max, l.window()).precision(l.get_precision());
-                if l.accuracy() == Accuracy::Strict {
-                    same.strict()
-                } else {
-                    same
-                }
-            })
-            .collect();
-        let probe = policy(&probe);
-        assert_eq!(probe.words_per_key(), policy(limits).words_per_key(), "probe layout differs");
-        let room = decided(state.check(&probe, now, 0, false)).remaining();
-        PROBE - room
+        state.used(&policy(limits), now)[j]
     }
 
     /// A valid policy running `algorithm` on every limit.

@@ -4,7 +4,7 @@
 //! A limit's words, behind the key's `touched` (`layout.rs`):
 //!
 //! ```text
-//! [cur] [sum] [hist × (n+1)]
+//! [cur] [sum] [ring words × ⌈(n+1) / entries per word⌉]
 //! ```
 //!
 //! * `cur`: the limit's current slot as one word, `(slot tag: u32, count: u32)`. Every
@@ -13,14 +13,44 @@
 //! * `sum`: `(slot tag, units in the closed slots wholly inside that slot's window)`, so a
 //!   check in an open slot reads three words whatever the window's length (a window of one
 //!   slot has none).
-//! * `hist`: a ring of `n + 1` closed slots, each `(slot tag, count)`. Slot `i` lives at
-//!   position `i % (n + 1)`. At a current slot `k` the window reads slots `k-n ..= k-1`
-//!   from the ring, which leaves position `k % (n+1)` free: the thread that moves `cur`
-//!   from `k` to a later slot writes slot `k`'s final count there *before* its CAS, so the
-//!   history is complete the moment the new `cur` is visible (Release on the CAS, Acquire on
-//!   the load). A jump of several slots also writes the skipped slots as empty; a reader
-//!   that meets such a newer tag knows time has moved on and adopts the later slot, so no
-//!   one waits for anyone.
+//! * the ring: `n + 1` closed slots' counts. Slot `i`'s count lives at position
+//!   `i % (n + 1)`. Entries are as narrow as the limit's `max` allows: four 8-bit counts to
+//!   a word up to `max` 254, two 16-bit ones up to 65,534, else one 32-bit count. A ring
+//!   word is `(tag: u32, entries in the low 32 bits)`, and its tag is the newest slot written
+//!   into it: an entry then holds the newest slot at or before the tag that maps to its
+//!   position (`read_entry`). So a 60/min limit at 1 s slots keeps its 61 closed slots in
+//!   16 words, not 61.
+//!
+//! # Moving on
+//! At a current slot `k` the window reads slots `k-n ..= k-1` from the ring, which leaves
+//! position `k % (n+1)` free: the thread that moves `cur` from `k` to a later slot writes
+//! slot `k`'s final count there *before* its CAS, so the history is complete the moment the
+//! new `cur` is visible (Release on the CAS, Acquire on the load). A jump of several slots
+//! also writes the skipped slots as empty, one CAS per ring word. A reader that meets a
+//! word whose tag is a lap ahead of the slot it wants knows time has moved on and adopts
+//! the later slot, so no one waits for anyone.
+//!
+//! # Stale writers
+//! A thread may be delayed for any time between loading `cur` and writing the ring. Its
+//! write (`raise`) is a CAS on the whole word that changes only the entries of the slots it
+//! closes, and each only if the word does not already hold that slot with at least as many
+//! units, or a later lap of its position: a stale writer's slots are older than what the
+//! word holds, so it changes nothing. Every check that closes slot `k` while `cur` still
+//! holds it writes `k`'s count as of its load of `cur`, and the thread whose CAS moves `cur`
+//! on wrote the final one, so the larger count wins. The argument rests on comparing 32-bit
+//! slot tags, which holds while a writer is delayed by less than 2³¹ slots: 68 years at
+//! the default 1 s slots, 24 days at the finest precision (1 ms). The loom models in
+//! `loom-tests/tests/slot_rotation.rs` race a delayed closer against later ones, in a word
+//! of 8-bit and of 16-bit counts.
+//!
+//! # Saturation
+//! A check admits at most `max` units into a slot, so a narrow entry (width above `max`)
+//! always holds a slot's exact count. Only `record` or a carry between policies can put
+//! more into a slot; its entry then saturates, counts its width (above `max`: the window
+//! is full) while it is wholly inside the window, and as the oldest, partly covered slot
+//! weighs more than `max` until it has left (`as_oldest`). Decisions are then conservative:
+//! never an admission the exact count would refuse, never a `retry_after` too early
+//! (`tests/contract.rs`).
 
 use crate::layout::{count_of, pack, set, tag_distance, tag_of, Rule};
 use crate::limit::MAX_UNITS;
@@ -30,6 +60,53 @@ use crate::sync::Ordering;
 /// A `sum` word's count once the units over a window no longer fit 32 bits (`pack`
 /// saturates): the sum is then added up from the ring, which holds every slot's count.
 const SUM_SATURATED: u64 = u32::MAX as u64;
+
+/// The count slot `cur` holds as the ring will keep it once closed: at most a ring entry's
+/// width (never below `max`, see the module docs).
+#[inline]
+fn closed_count(rule: &Rule, cur: u64) -> u64 {
+    count_of(cur).min(rule.entry_most())
+}
+
+/// What a closed slot of `count` units weighs as the oldest, partly covered slot: its
+/// count, except that a saturated narrow entry (a slot that took more units than its entry
+/// holds, which only `record` or a carry can do) weighs more than `max` until the slot has
+/// wholly left the window. Conservative: never less than the units it stands for.
+#[inline]
+fn as_oldest(rule: &Rule, count: u64) -> u64 {
+    if rule.entries_log > 0 && count >= rule.entry_most() {
+        rule.max.saturating_mul(rule.precision).saturating_add(1)
+    } else {
+        count
+    }
+}
+
+/// Ring entry at bit `shift` of `word`.
+#[inline]
+fn entry(rule: &Rule, word: u64, shift: u32) -> u64 {
+    (word >> shift) & rule.entry_most()
+}
+
+/// `word` with its entry at bit `shift` set to `count` (at most the entry's width).
+#[inline]
+fn with_entry(rule: &Rule, word: u64, shift: u32, count: u64) -> u64 {
+    let most = rule.entry_most();
+    (word & !(most << shift)) | (count.min(most) << shift)
+}
+
+/// What ring word `word` says about slot `slot`, whose entry sits at bit `shift`: the word's
+/// tag is the newest slot written into it, so its entry for `slot`'s position holds `slot`
+/// when that tag is `slot` or up to `ring − 1` slots later, an older slot (empty for us)
+/// when the tag is earlier, and a later lap when the tag is `ring` or more slots later.
+#[inline]
+#[allow(clippy::arithmetic_side_effects, reason = "a slot below 2⁴⁵ plus a tag distance below 2³¹")]
+fn read_entry(rule: &Rule, word: u64, slot: u64, shift: u32) -> Hist {
+    match tag_distance(tag_of(word), slot as u32) {
+        d if d < 0 => Hist::Count(0),
+        d if d.unsigned_abs() < rule.ring => Hist::Count(entry(rule, word, shift)),
+        d => Hist::Newer(slot + d.unsigned_abs()),
+    }
+}
 
 /// One limit as a check sees it: what is in the window now, and what a commit would write.
 #[derive(Debug, Clone, Copy, Default)]
@@ -57,9 +134,9 @@ impl View {
         clippy::arithmetic_side_effects,
         reason = "behind > 0 slots before this one is the slot cur holds, at least ring"
     )]
-    fn closing(&self) -> Option<(u64, u64)> {
+    fn closing(&self, rule: &Rule) -> Option<(u64, u64)> {
         let behind = tag_distance(self.slot as u32, tag_of(self.seen));
-        (behind > 0 && !self.expired).then(|| (self.slot - behind as u64, count_of(self.seen)))
+        (behind > 0 && !self.expired).then(|| (self.slot - behind as u64, closed_count(rule, self.seen)))
     }
 
     /// The weight (out of `precision`) with which the oldest slot still counts.
@@ -149,7 +226,7 @@ impl Counter for Sliding {
     fn pin() {}
     #[allow(clippy::arithmetic_side_effects, reason = "ring is at most MAX_SLOTS + 1")]
     fn words(rule: &Rule) -> usize {
-        1 + usize::from(rule.slots > 1) + rule.ring as usize
+        1 + usize::from(rule.slots > 1) + rule.ring_words()
     }
     fn reset(words: &mut [u64], rule: &Rule, now: u64) {
         let (slot, _) = rule.slot_of(now);
@@ -158,8 +235,9 @@ impl Counter for Sliding {
             set(words, at, pack(slot, 0));
         }
         // `slot_of` puts every slot at least `ring` in: nothing saturates.
+        // Oldest first, so each word's tag ends at the newest slot in it; every count is 0.
         for i in slot.saturating_sub(rule.ring)..slot {
-            set(words, rule.position(i), pack(i, 0));
+            set(words, rule.position(i).0, pack(i, 0));
         }
     }
     #[inline(always)]
@@ -212,16 +290,16 @@ impl KeyState<'_> {
         }
         if tag_of(seen) == slot as u32 {
             // The common case, an open slot: three words, whatever the window's length.
-            let oldest = self.word(rule.position(slot - rule.slots)).load(Ordering::Relaxed);
+            let (at, shift) = rule.position(slot - rule.slots);
+            let oldest = self.word(at).load(Ordering::Relaxed);
             let sum = rule.sum_word().map_or(pack(slot, 0), |at| self.word(at).load(Ordering::Relaxed));
             // Relaxed: both ordered by the Acquire load of `cur` above.
             // A saturated sum takes the slow path, which adds the ring up.
-            if tag_distance(tag_of(oldest), (slot - rule.slots) as u32) <= 0
-                && tag_of(sum) == slot as u32
-                && count_of(sum) != SUM_SATURATED
-            {
-                let oldest = if tag_of(oldest) == (slot - rule.slots) as u32 { count_of(oldest) } else { 0 };
-                let (current, full) = (count_of(seen), count_of(sum));
+            if let (Hist::Count(oldest), true) = (
+                read_entry(rule, oldest, slot - rule.slots, shift),
+                tag_of(sum) == slot as u32 && count_of(sum) != SUM_SATURATED,
+            ) {
+                let (current, full, oldest) = (count_of(seen), count_of(sum), as_oldest(rule, oldest));
                 return View { slot, elapsed, seen, current, full, oldest, expired };
             }
         }
@@ -258,7 +336,7 @@ impl KeyState<'_> {
         if behind == 0 {
             view.current = count_of(seen);
             view.oldest = match self.hist(rule, oldest) {
-                Hist::Count(units) => units,
+                Hist::Count(units) => as_oldest(rule, units),
                 Hist::Newer(newer) => return Err(newer + 1),
             };
             if let Some(at) = rule.sum_word() {
@@ -279,12 +357,12 @@ impl KeyState<'_> {
         }
         // `cur` holds an older slot: this check would close it. Read the window from the
         // ring with that slot's count in place of what the ring has for it (once per slot).
-        let (closed, units) = (slot - behind as u64, count_of(seen));
+        let (closed, units) = (slot - behind as u64, closed_count(rule, seen));
         view.oldest = match oldest {
-            i if i == closed => units,
+            i if i == closed => as_oldest(rule, units),
             i if i > closed => 0,
             i => match self.hist(rule, i) {
-                Hist::Count(units) => units,
+                Hist::Count(units) => as_oldest(rule, units),
                 Hist::Newer(newer) => return Err(newer + 1),
             },
         };
@@ -334,7 +412,7 @@ impl KeyState<'_> {
         reason = "a slot is at least ring > slots; at most MAX_SLOTS 32-bit counts are added (module docs)"
     )]
     fn closed_units(&self, rule: &Rule, view: &View) -> Result<u64, u64> {
-        let closing = view.closing();
+        let closing = view.closing(rule);
         let mut full = 0u64;
         for i in view.slot + 1 - rule.slots..view.slot {
             full += match closing {
@@ -353,13 +431,9 @@ impl KeyState<'_> {
     #[inline]
     #[allow(clippy::arithmetic_side_effects, reason = "a slot below 2⁴⁵ plus a tag distance below 2³¹")]
     fn hist(&self, rule: &Rule, slot: u64) -> Hist {
+        let (at, shift) = rule.position(slot);
         // Relaxed: ordered by the Acquire load of `cur` in `view` (see there).
-        let word = self.word(rule.position(slot)).load(Ordering::Relaxed);
-        match tag_distance(tag_of(word), slot as u32) {
-            0 => Hist::Count(count_of(word)),
-            d if d > 0 => Hist::Newer(slot + d as u64),
-            _ => Hist::Count(0),
-        }
+        read_entry(rule, self.word(at).load(Ordering::Relaxed), slot, shift)
     }
 
     /// Units in slot `i` as `view` sees it (for retry times), or `None` if a racing check has
@@ -371,7 +445,7 @@ impl KeyState<'_> {
         if i == view.slot {
             return Some(view.current);
         }
-        match view.closing() {
+        match view.closing(rule) {
             Some((closed, units)) if i == closed => Some(units),
             Some((closed, _)) if i > closed => Some(0),
             _ => match self.hist(rule, i) {
@@ -390,16 +464,20 @@ impl KeyState<'_> {
         reason = "slots below 2⁴⁵ and at least ring (module docs); a 32-bit count plus a cost ≤ MOST"
     )]
     fn commit(&self, rule: &Rule, view: &View, cost: u64) -> bool {
-        if let Some((closed, units)) = view.closing() {
-            let lowest = view.slot - rule.ring;
-            if closed >= lowest {
-                self.raise(rule.position(closed), pack(closed, units));
-            }
-            for skipped in (closed + 1).max(lowest)..view.slot {
-                self.raise(rule.position(skipped), pack(skipped, 0));
+        if let Some((closed, units)) = view.closing(rule) {
+            // The closed slot, unless a jump longer than the ring leaves it out, and the
+            // skipped slots, one ring word at a time.
+            let mut first = closed.max(view.slot - rule.ring);
+            while first < view.slot {
+                let position = rule.by_ring.rem(first) as usize;
+                let in_word = (1 << rule.entries_log) - (position & ((1 << rule.entries_log) - 1));
+                let in_ring = rule.ring as usize - position;
+                let last = (first + in_word.min(in_ring) as u64 - 1).min(view.slot - 1);
+                self.raise(rule, position, first..=last, (closed, units));
+                first = last + 1;
             }
             if let Some(at) = rule.sum_word() {
-                self.raise(at, pack(view.slot, view.full));
+                self.raise_sum(at, pack(view.slot, view.full));
             }
         }
         let next = pack(view.slot, view.current + cost);
@@ -409,12 +487,50 @@ impl KeyState<'_> {
         self.word(rule.at).compare_exchange(view.seen, next, Ordering::AcqRel, Ordering::Relaxed).is_ok()
     }
 
-    /// Stores `word` in a ring position unless the position already holds a newer slot, or
-    /// the same slot with at least as many units. Every thread closing a slot writes the
-    /// same final count, and a stale writer's smaller count or older slot loses, so the
-    /// ring only ever moves forward.
-    fn raise(&self, position: usize, word: u64) {
-        let cell = self.word(position);
+    /// Writes `slots` (consecutive, all in the ring word that holds ring position
+    /// `position`, the first's) as closed: `closed.0` with `closed.1` units, the others
+    /// empty. An entry that already holds its slot keeps the larger count, and an entry that
+    /// holds a later lap is left alone; the word's tag becomes the newest slot in it. Every
+    /// thread closing a slot writes the same final count, and a stale writer's smaller count
+    /// or older slot loses, so the ring only ever moves forward (module docs).
+    #[allow(
+        clippy::arithmetic_side_effects,
+        reason = "positions below ring: `position + k` stays within the word (the caller's split)"
+    )]
+    fn raise(&self, rule: &Rule, position: usize, slots: std::ops::RangeInclusive<u64>, closed: (u64, u64)) {
+        let (at, _) = rule.place(position);
+        let cell = self.word(at);
+        let newest = *slots.end() as u32;
+        // Relaxed: published by the Release CAS on `cur` that follows in `commit`.
+        let mut old = cell.load(Ordering::Relaxed);
+        loop {
+            let mut word = old;
+            if tag_distance(newest, tag_of(old)) > 0 {
+                word = pack(u64::from(newest), 0) | (old & 0xFFFF_FFFF);
+            }
+            for (k, slot) in slots.clone().enumerate() {
+                let (_, shift) = rule.place(position + k);
+                let ours = if slot == closed.0 { closed.1 } else { 0 };
+                match read_entry(rule, old, slot, shift) {
+                    Hist::Count(have) if tag_distance(tag_of(old), slot as u32) >= 0 && have >= ours => {}
+                    Hist::Newer(_) => {}
+                    Hist::Count(_) => word = with_entry(rule, word, shift, ours),
+                }
+            }
+            if word == old {
+                return;
+            }
+            match cell.compare_exchange_weak(old, word, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return,
+                Err(seen) => old = seen,
+            }
+        }
+    }
+
+    /// Stores `word` in the `sum` word unless it already holds a newer slot, or the same
+    /// slot with at least as many units (as [`raise`](Self::raise) does for ring entries).
+    fn raise_sum(&self, at: usize, word: u64) {
+        let cell = self.word(at);
         // Relaxed: published by the Release CAS on `cur` that follows in `commit`.
         let mut old = cell.load(Ordering::Relaxed);
         loop {
@@ -479,26 +595,29 @@ impl KeyState<'_> {
         // The slot leaving the window at step `k` is `view.slot + k − n`; in an open slot
         // (the common case) its count comes straight from the ring, walked position by
         // position rather than through a division per slot.
-        let plain = view.closing().is_none() && !view.expired;
+        let plain = view.closing(rule).is_none() && !view.expired;
         let mut position = rule.by_ring.rem(view.slot + 1 - rule.slots);
         let mut start = view.slot;
         if view.current > room {
             // Nothing fits while the current slot is wholly inside the window (the usual
             // refusal: a burst within one slot): go straight to where it becomes the oldest.
-            (start, whole, oldest) = (view.slot + rule.slots, 0, view.current);
+            let closes_with = view.current.min(rule.entry_most());
+            (start, whole, oldest) = (view.slot + rule.slots, 0, as_oldest(rule, closes_with));
         }
         for slot in start..=view.slot + rule.slots + 1 {
             if slot > start {
                 // The slot that was oldest has left; the next one becomes the oldest.
                 let i = slot - rule.slots;
                 let leaving = if plain && i < view.slot {
+                    let (at, shift) = rule.place(position as usize);
                     // Relaxed: ordered by the Acquire load of `cur` in `view`.
-                    let word = self.word(rule.ring_at + position as usize).load(Ordering::Relaxed);
-                    if tag_of(word) == i as u32 {
-                        count_of(word)
-                    } else {
-                        *lost = true;
-                        0
+                    let word = self.word(at).load(Ordering::Relaxed);
+                    match read_entry(rule, word, i, shift) {
+                        Hist::Count(units) if tag_distance(tag_of(word), i as u32) >= 0 => units,
+                        _ => {
+                            *lost = true;
+                            0
+                        }
                     }
                 } else {
                     self.units_in(rule, view, i).unwrap_or_else(|| {
@@ -508,7 +627,7 @@ impl KeyState<'_> {
                 };
                 position = if position + 1 == rule.ring { 0 } else { position + 1 };
                 whole = whole.saturating_sub(leaving);
-                oldest = leaving;
+                oldest = as_oldest(rule, leaving);
             }
             let from = if slot == view.slot { view.elapsed } else { 0 };
             if whole > room {
