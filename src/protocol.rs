@@ -825,7 +825,7 @@ impl<'a> KeyState<'a> {
                     }
                     Err(later) => later,
                 };
-                if refusing.map_or(true, |(_, latest)| at > latest) {
+                if refusing.is_none_or(|(_, latest)| at > latest) {
                     refusing = Some((j, at));
                 }
             }

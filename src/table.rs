@@ -564,16 +564,32 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
     fn rebuild(&self, shard: &Shard<K>, counts: &mut Counts, len: usize, guard: &Guard) {
         let fresh = Slots::with_len(len);
         if let Some(old) = shard.slots(Ordering::Relaxed, guard) {
-            for slot in old.slots.iter() {
-                let value = slot.load(Ordering::Relaxed);
-                if value.is_null() || value == tombstone() {
-                    continue;
+            // Nodes are scattered: hashing a key is a cache miss. Batches of nodes are hashed
+            // in a loop of independent loads, so that the CPU overlaps their misses, before
+            // any of them is placed.
+            const BATCH: usize = 16;
+            let mut nodes = old
+                .slots
+                .iter()
+                .map(|slot| slot.load(Ordering::Relaxed))
+                .filter(|&value| !value.is_null() && value != tombstone());
+            loop {
+                let mut batch = [(ptr::null_mut(), 0u64); BATCH];
+                let mut n = 0usize;
+                for (entry, value) in batch.iter_mut().zip(nodes.by_ref()) {
+                    // SAFETY: a node in the array under the mutex is alive.
+                    #[allow(unsafe_code)]
+                    let hash = self.hash(unsafe { &(*untagged(value).0).key });
+                    *entry = (value, hash);
+                    n = n.saturating_add(1);
                 }
-                // SAFETY: a node in the array under the mutex is alive.
-                #[allow(unsafe_code)]
-                let hash = self.hash(unsafe { &(*untagged(value).0).key });
-                if let Some(free) = fresh.probe(hash).find(|s| s.load(Ordering::Relaxed).is_null()) {
-                    free.store(value, Ordering::Relaxed);
+                for &(value, hash) in batch.iter().take(n) {
+                    if let Some(free) = fresh.probe(hash).find(|s| s.load(Ordering::Relaxed).is_null()) {
+                        free.store(value, Ordering::Relaxed);
+                    }
+                }
+                if n < BATCH {
+                    break;
                 }
             }
         }
