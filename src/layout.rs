@@ -212,8 +212,22 @@ impl Policy {
         Policy::with_algorithm(limits, Algorithm::SlidingWindow).map(Arc::new)
     }
 
-    /// Validates `limits` together for `algorithm` and lays out the per-key words.
+    /// Validates `limits` together for `algorithm` and lays out the per-key words, each
+    /// sliding window's ring entries as narrow as its `max` allows.
+    #[cfg(any(test, slidegate_loom))]
     pub fn with_algorithm(limits: &[Limit], algorithm: Algorithm) -> Result<Policy, ConfigError> {
+        Policy::with_entries(limits, algorithm, &[NARROWEST; MAX_LIMITS])
+    }
+
+    /// As [`with_algorithm`](Self::with_algorithm), with limit `j`'s ring entries at least
+    /// as wide as `widest[j]` says (an `entries_log`: smaller is wider). A limiter's policies
+    /// share these floors, which only ever widen (see `policy.rs`), so that moving a key
+    /// between them never narrows its entries.
+    pub(crate) fn with_entries(
+        limits: &[Limit],
+        algorithm: Algorithm,
+        widest: &[u32; MAX_LIMITS],
+    ) -> Result<Policy, ConfigError> {
         if limits.is_empty() {
             return Err(ConfigError::NoLimits);
         }
@@ -226,7 +240,7 @@ impl Policy {
             clippy::arithmetic_side_effects,
             reason = "at most MAX_LIMITS limits of at most MAX_SLOTS slots (validated): offsets below 30,000"
         )]
-        for limit in limits {
+        for (limit, &floor) in limits.iter().zip(widest) {
             limit.validate()?;
             algorithm.validate(limit)?;
             let window = nanos(limit.window());
@@ -250,7 +264,11 @@ impl Policy {
                 strict: limit.accuracy() == Accuracy::Strict,
                 at,
                 ring_at,
-                entries_log: ring_entries_log(limit.max()),
+                entries_log: match algorithm {
+                    Algorithm::SlidingWindow => ring_entries_log(limit.max()).min(floor),
+                    // No ring: the field is unused, and equal for every policy.
+                    _ => 0,
+                },
                 by_precision,
                 by_ring,
                 window,
@@ -330,6 +348,20 @@ impl Policy {
         self.replaced.store(true, std::sync::atomic::Ordering::Release);
     }
 
+    /// Do `self` and `newer` count the same windows the same way, so that a state of one
+    /// can be copied into the other's layout slot by slot? (Sliding windows whose ring
+    /// entries differ in width only; see `algorithm::sliding::reencode`.)
+    pub(crate) fn same_windows(&self, newer: &Policy) -> bool {
+        self.algorithm == Algorithm::SlidingWindow
+            && newer.algorithm == Algorithm::SlidingWindow
+            && self.rules.len() == newer.rules.len()
+            && self
+                .rules
+                .iter()
+                .zip(newer.rules.iter())
+                .all(|(a, b)| a.window == b.window && a.precision == b.precision && a.strict == b.strict)
+    }
+
     /// Can a state laid out for `self` serve `newer` as it is? (The key table then points
     /// the key's node at `newer`, and frees the node by `newer`'s word count: they must
     /// agree.) Only when nothing but the limits' `max` differs (and not under GCRA, whose state is a time computed from
@@ -389,6 +421,9 @@ impl Policy {
         Decision::cost_too_large(index, remaining)
     }
 }
+
+/// The `entries_log` of the narrowest ring entries (four 8-bit counts to a word).
+pub(crate) const NARROWEST: u32 = 2;
 
 /// log₂ of the ring entries per word for a limit of `max`: the narrowest count that holds
 /// more than `max` (a slot admits at most `max` units through checks; more only through

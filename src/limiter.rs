@@ -1365,7 +1365,10 @@ where
             }
         };
         let shared = Arc::new(Shared {
-            table: Table::new(self.max_keys.unwrap_or(usize::MAX)),
+            table: Table::new(
+                self.max_keys.unwrap_or(usize::MAX),
+                tiers.current(tiers.default_index()).words_per_key(),
+            ),
             tiers,
             overrides: DashMap::with_hasher(ahash::RandomState::new()),
             any_override: AtomicBool::new(false),

@@ -5,13 +5,13 @@
 //! `replaced`, and each state moves to the new one at its next check.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use arc_swap::ArcSwap;
 
 use crate::algorithm::Algorithm;
 use crate::error::ConfigError;
-use crate::layout::Policy;
+use crate::layout::{ring_entries_log, Policy, MAX_LIMITS, NARROWEST};
 use crate::limit::Limit;
 use crate::metrics::Metrics;
 use crate::protocol::Carry;
@@ -88,6 +88,12 @@ pub(crate) struct Tiers {
     algorithm: Algorithm,
     /// The shortest expiry of any version ever published: the sweeper's first filter.
     shortest_expiry: AtomicU64,
+    /// How wide every policy's ring entries are, per limit position (an `entries_log`,
+    /// smaller is wider): wide enough for the largest `max` any policy has had there. Only
+    /// ever widens, and every current version uses it, so that moving a key between
+    /// policies, or to a new version, never narrows its entries (which could saturate a
+    /// count and make the move inexact). Held while a version is published.
+    widest: Mutex<[u32; MAX_LIMITS]>,
 }
 
 impl Tiers {
@@ -99,13 +105,17 @@ impl Tiers {
         algorithm: Algorithm,
         metrics: &Metrics,
     ) -> Result<Tiers, ConfigError> {
+        let mut widest = [NARROWEST; MAX_LIMITS];
+        for (_, config) in &configs {
+            widen(&mut widest, &config.limits);
+        }
         let mut tiers = Vec::with_capacity(configs.len());
         for (tier, (name, config)) in configs.into_iter().enumerate() {
             if tiers.iter().any(|t: &Tier| t.name == name) {
                 return Err(ConfigError::DuplicatePolicy { name });
             }
-            let policy =
-                compile(&name, tier, &config, algorithm, Carry::default(), metrics).map_err(|error| {
+            let policy = compile(&name, tier, &config, algorithm, Carry::default(), metrics, &widest)
+                .map_err(|error| {
                     // The unnamed policy of `.limit()` reports its errors as they are.
                     if name == DEFAULT_POLICY {
                         error
@@ -129,6 +139,7 @@ impl Tiers {
             default,
             algorithm,
             shortest_expiry: AtomicU64::new(shortest),
+            widest: Mutex::new(widest),
         })
     }
 
@@ -179,13 +190,43 @@ impl Tiers {
         let Some(slot) = self.tiers.get(tier) else {
             return Err(ConfigError::UnknownPolicy { name: format!("#{tier}") });
         };
-        let policy = compile(&slot.name, tier, config, self.algorithm, carry, metrics)?;
+        let mut widest = self.widest.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut wider = *widest;
+        if self.algorithm == Algorithm::SlidingWindow {
+            widen(&mut wider, &config.limits);
+        }
+        let policy = compile(&slot.name, tier, config, self.algorithm, carry, metrics, &wider)?;
         self.shortest_expiry.fetch_min(policy.expiry(), Ordering::Relaxed);
-        // The swap is SeqCst, and happens-before the Release store in `mark_replaced`:
-        // whoever sees that flag (Acquire) loads this version or a later one.
-        let old = slot.current.swap(Arc::new(policy));
-        old.mark_replaced();
+        if wider != *widest {
+            // Every other policy gets a version as wide: its keys move to it, slot by slot,
+            // at their next check (`KeyState::migrate`).
+            for (other, t) in self.tiers.iter().enumerate().filter(|&(other, _)| other != tier) {
+                let current = t.current.load_full();
+                let config =
+                    PolicyConfig { limits: current.limits().copied().collect(), shadow: current.shadow() };
+                let same =
+                    compile(&t.name, other, &config, self.algorithm, current.carry(), metrics, &wider)?;
+                publish(t, same);
+            }
+            *widest = wider;
+        }
+        publish(slot, policy);
         Ok(())
+    }
+}
+
+/// Makes `policy` the current version of `tier`, and marks the old one replaced.
+fn publish(tier: &Tier, policy: Policy) {
+    // The swap is SeqCst, and happens-before the Release store in `mark_replaced`: whoever
+    // sees that flag (Acquire) loads this version or a later one.
+    let old = tier.current.swap(Arc::new(policy));
+    old.mark_replaced();
+}
+
+/// Widens `widest` to hold each of `limits`' `max`.
+fn widen(widest: &mut [u32; MAX_LIMITS], limits: &[Limit]) {
+    for (w, limit) in widest.iter_mut().zip(limits) {
+        *w = (*w).min(ring_entries_log(limit.max()));
     }
 }
 
@@ -196,8 +237,9 @@ fn compile(
     algorithm: Algorithm,
     carry: Carry,
     metrics: &Metrics,
+    widest: &[u32; MAX_LIMITS],
 ) -> Result<Policy, ConfigError> {
-    let policy = Policy::with_algorithm(&config.limits, algorithm)?;
+    let policy = Policy::with_entries(&config.limits, algorithm, widest)?;
     let denials = metrics.denials(name, config.limits.len());
     Ok(policy.of_tier(tier, config.shadow, carry, denials))
 }

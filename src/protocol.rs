@@ -256,6 +256,17 @@ impl<'a> KeyState<'a> {
             set(&mut words, TOUCHED, touched);
             return OwnedState::from_words(newer, &words);
         }
+        if touched != RETIRED && self.policy.same_windows(newer) {
+            // The same windows, ring entries of another width: slot by slot, exactly.
+            // AcqRel: as above.
+            let words: Vec<u64> = self.words.iter().map(|w| w.fetch_add(0, Ordering::AcqRel)).collect();
+            let mut fresh = vec![0u64; newer.words_per_key()];
+            set(&mut fresh, TOUCHED, touched);
+            for (a, b) in self.policy.rules.iter().zip(newer.rules.iter()) {
+                Sliding::reencode(a, b, &words, &mut fresh, now);
+            }
+            return OwnedState::from_words(newer, &fresh);
+        }
         let owned = OwnedState::new(newer, now);
         let fresh = owned.state();
         let max_only = self.policy.algorithm == Algorithm::Gcra && {

@@ -773,3 +773,72 @@ fn set_and_clear_policy_racing_checks_never_let_a_key_exceed_the_larger_max() {
 fn set_and_clear_policy_racing_checks_never_let_a_key_exceed_the_larger_max_with_conservative_moves() {
     moves_racing_checks(&[Algorithm::SlidingLog, Algorithm::Gcra]);
 }
+
+// ---------------------------------------------------------------------------------------
+// Ring entry widths: a sliding window's ring entries are as narrow as `max` allows (8, 16
+// or 32 bits), shared by every policy of the limiter and only ever widened, so a change of
+// `max` alone, or a move between policies that differ only in `max`, carries every slot's
+// count exactly even when it crosses a width.
+// ---------------------------------------------------------------------------------------
+
+/// Units a key holds now under a strict window (exact): `max - room`, `max` being the
+/// key's policy's current one.
+fn held(limiter: &Limiter<u64>, key: u64, max: u64) -> u64 {
+    max - room(limiter, key)
+}
+
+#[test]
+fn a_change_of_max_across_an_entry_width_carries_every_slot_exactly() {
+    for (from, to) in [(200, 300), (200, 70_000), (60_000, 70_000), (300, 200)] {
+        let clock = ManualClock::new();
+        let window = format!("{from}/10s@1s strict");
+        let limiter = single(Algorithm::SlidingWindow, &[window.as_str()], &clock);
+        // 5, 6, 7 ... units in slots 0 to 5: a history the ring holds slot by slot.
+        let mut recorded = Vec::new();
+        for slot in 0..6u64 {
+            clock.set(secs(slot));
+            let units = 5 + slot;
+            assert_eq!(admit_until_refused(&limiter, 7, units), units);
+            recorded.push(units);
+        }
+        let window = format!("{to}/10s@1s strict");
+        limiter.update_policy("p", config(&[window.as_str()]), Carry::Reset).unwrap();
+        // A strict window counts every slot it touches: at 10 s, slot 0 still; from then
+        // on, each second exactly one slot's units leave.
+        clock.set(secs(10));
+        assert_eq!(held(&limiter, 7, to), recorded.iter().sum::<u64>(), "{from} -> {to}, at 10 s");
+        for (slot, _) in recorded.iter().enumerate() {
+            clock.set(secs(11 + slot as u64));
+            let left: u64 = recorded[slot + 1..].iter().sum();
+            assert_eq!(held(&limiter, 7, to), left, "{from} -> {to}, at {} s", 11 + slot);
+        }
+    }
+}
+
+#[test]
+fn a_move_between_policies_of_different_entry_widths_is_exact() {
+    let clock = ManualClock::new();
+    let limiter = tiers_with(
+        Algorithm::SlidingWindow,
+        &[("small", config(&["100/4s@1s strict"])), ("big", config(&["50000/4s@1s strict"]))],
+        false,
+        &clock,
+    );
+    for slot in 0..3u64 {
+        clock.set(secs(slot));
+        assert_eq!(admit_until_refused(&limiter, 1, 10 + slot), 10 + slot);
+    }
+    limiter.set_policy(&1, "big").unwrap();
+    assert_eq!(held(&limiter, 1, 50_000), 33);
+    // 300 more in slot 3 (more than a byte holds), then back to "small": still exact.
+    clock.set(secs(3));
+    assert!(limiter.check_n(&1, 300).is_allowed());
+    limiter.set_policy(&1, "small").unwrap();
+    assert_eq!(held(&limiter, 1, 100), 100, "333 held: the room is 0");
+    // Strict: a slot counts until the window has wholly left it (slot 0 until 5 s).
+    for (at, left) in [(4, 333), (5, 323), (6, 312), (7, 300), (8, 0)] {
+        clock.set(secs(at));
+        limiter.set_policy(&1, "big").unwrap();
+        assert_eq!(held(&limiter, 1, 50_000), left, "at {at} s");
+    }
+}

@@ -275,6 +275,36 @@ impl Counter for Sliding {
     }
 }
 
+impl Sliding {
+    /// Copies limit `a`'s counters in `old` (a retired state's words, read with the retire
+    /// protocol) into limit `b`'s place in `new`, where `b` counts the same window with ring
+    /// entries of another width: `cur` and `sum` as they are, and every slot the ring holds
+    /// re-encoded at its position. Exact when `b`'s entries are at least as wide (the only
+    /// case a limiter produces: its entries only widen).
+    pub(crate) fn reencode(a: &Rule, b: &Rule, old: &[u64], new: &mut [u64], now: u64) {
+        let word = |at: usize| old.get(at).copied().unwrap_or(0);
+        let cur = word(a.at);
+        set(new, b.at, cur);
+        if let (Some(from), Some(to)) = (a.sum_word(), b.sum_word()) {
+            set(new, to, word(from));
+        }
+        // The slot `cur` holds, as a full index (a tag is its low 32 bits; module docs).
+        let (now_slot, _) = a.slot_of(now);
+        let held = now_slot.saturating_add_signed(tag_distance(tag_of(cur), now_slot as u32));
+        // Oldest first, so each new word's tag ends at the newest slot in it.
+        for slot in held.saturating_sub(a.ring)..held {
+            let (from, shift) = a.position(slot);
+            let units = match read_entry(a, word(from), slot, shift) {
+                Hist::Count(units) => units,
+                Hist::Newer(_) => 0,
+            };
+            let (to, shift) = b.position(slot);
+            let into = new.get(to).copied().unwrap_or(0);
+            set(new, to, with_entry(b, pack(slot, 0) | (into & 0xFFFF_FFFF), shift, units));
+        }
+    }
+}
+
 impl KeyState<'_> {
     /// Reads one limit's window at `now` (loads only).
     #[inline(always)]
