@@ -1365,10 +1365,7 @@ where
             }
         };
         let shared = Arc::new(Shared {
-            table: Table::new(
-                self.max_keys.unwrap_or(usize::MAX),
-                tiers.current(tiers.default_index()).words_per_key(),
-            ),
+            table: Table::new(self.max_keys.unwrap_or(usize::MAX)),
             tiers,
             overrides: DashMap::with_hasher(ahash::RandomState::new()),
             any_override: AtomicBool::new(false),

@@ -234,23 +234,6 @@ fn retire_slots<K: Send + 'static>(old: *mut Slots<K>, guard: &Guard) {
     });
 }
 
-/// Asks the CPU to start loading the `lines` cache lines after the one `node` starts in.
-#[inline(always)]
-fn prefetch(node: *const u8, lines: usize) {
-    #[cfg(all(target_arch = "x86_64", not(slidegate_loom)))]
-    for line in 1..=lines {
-        // SAFETY: a prefetch is a hint: it never faults and writes nothing, whatever the
-        // address (and these are within or just past the node).
-        #[allow(unsafe_code)]
-        unsafe {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            _mm_prefetch::<_MM_HINT_T0>(node.wrapping_add(line.saturating_mul(64)).cast());
-        }
-    }
-    #[cfg(not(all(target_arch = "x86_64", not(slidegate_loom))))]
-    let _ = (node, lines);
-}
-
 /// A pointer that may cross to the thread that runs the epoch's deferred functions.
 struct SendPtr<T>(*mut T);
 // SAFETY: it only carries a node or a policy to the function that frees it, which may run
@@ -357,10 +340,6 @@ pub(crate) struct Table<K> {
     /// above `max_keys` (a key is counted before it is inserted, and only if there is room).
     live: AtomicUsize,
     max_keys: usize,
-    /// Cache lines past its first that a node of the default policy spans (at most 3): a
-    /// lookup prefetches them as soon as it has the node's address, so that the misses on
-    /// the ring (a 60-slot window's node is 168 bytes) overlap the miss on the key.
-    lines: usize,
 }
 
 impl<K> Table<K> {
@@ -402,8 +381,7 @@ impl<K> Table<K> {
 }
 
 impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
-    /// A table of at most `max_keys` keys, whose nodes mostly hold `words` counters.
-    pub(crate) fn new(max_keys: usize, words: usize) -> Table<K> {
+    pub(crate) fn new(max_keys: usize) -> Table<K> {
         let shards = (0..SHARDS)
             .map(|_| {
                 CachePadded::new(Shard {
@@ -412,9 +390,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
                 })
             })
             .collect();
-        let bytes = words_at::<K>().saturating_add(words.saturating_mul(8));
-        let lines = bytes.saturating_sub(1).div_euclid(64).min(3);
-        Table { shards, hasher: hasher(), live: AtomicUsize::new(0), max_keys, lines }
+        Table { shards, hasher: hasher(), live: AtomicUsize::new(0), max_keys }
     }
 
     /// The hash of `key`, the same for every path (see the module docs).
@@ -447,7 +423,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
     {
         // Acquire pairs with the Release store that published the array (`rebuild`).
         let slots = self.shard(hash).slots(Ordering::Acquire, guard)?;
-        Self::find(slots, hash, key, Ordering::Acquire, self.lines).map(|(_, node)| node)
+        Self::find(slots, hash, key, Ordering::Acquire).map(|(_, node)| node)
     }
 
     /// Probes `slots` for `key`: its slot and node. `order` is Acquire for readers (it pairs
@@ -458,7 +434,6 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
         hash: u64,
         key: &Q,
         order: Ordering,
-        lines: usize,
     ) -> Option<(&'g AtomicPtr<Header<K>>, Node<'g, K>)>
     where
         K: Borrow<Q>,
@@ -475,7 +450,6 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
                 continue;
             }
             let Some(ptr) = NonNull::new(ptr) else { continue };
-            prefetch(ptr.as_ptr().cast_const().cast(), lines);
             let node = Node { ptr, _guard: PhantomData };
             if node.header().key.borrow() == key {
                 return Some((slot, node));
@@ -515,7 +489,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
         };
         // Relaxed: under the mutex, which orders every writer of the array pointer.
         if let Some(current) = shard.slots(Ordering::Relaxed, guard) {
-            if let Some((_, node)) = Self::find(current, hash, key, Ordering::Relaxed, 0) {
+            if let Some((_, node)) = Self::find(current, hash, key, Ordering::Relaxed) {
                 return Ok(node);
             }
         }
@@ -535,7 +509,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
         let policy = policy_of(&owned);
         std::mem::forget(reservation);
         // Grown (or rebuilt) only now, for a key that is really going in.
-        let slots = self.slots_for_insert(shard, &mut counts, guard);
+        let (slots, rebuilt) = self.slots_for_insert(shard, &mut counts, guard);
         // Small layouts (one limit of up to ~30 slots) start on the stack: no allocation
         // beyond the node.
         let mut small = [0u64; 32];
@@ -567,22 +541,36 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
         if was_empty {
             counts.used = counts.used.saturating_add(1);
         }
+        drop(counts);
+        if rebuilt {
+            // The arrays that growth replaced are freed now rather than at a later batch
+            // (they are the larger part of what is retired while keys arrive). The one just
+            // replaced waits for this thread to unpin.
+            reclaim::collect();
+        }
         // SAFETY: just stored; `new_node` never returns null.
         let ptr = NonNull::new(node).unwrap_or_else(|| std::process::abort());
         Ok(Node { ptr, _guard: PhantomData })
     }
 
-    /// The shard's array, grown or rebuilt first if one more node would fill it past 3/4.
-    fn slots_for_insert<'g>(&self, shard: &Shard<K>, counts: &mut Counts, guard: &'g Guard) -> &'g Slots<K> {
+    /// The shard's array, grown (or rebuilt) first if one more node would fill it past 3/4;
+    /// and whether it was.
+    fn slots_for_insert<'g>(
+        &self,
+        shard: &Shard<K>,
+        counts: &mut Counts,
+        guard: &'g Guard,
+    ) -> (&'g Slots<K>, bool) {
         // Relaxed: under the mutex, which orders every writer of the array pointer.
         let len = shard.slots(Ordering::Relaxed, guard).map_or(0, |s| s.slots.len());
-        if counts.used.saturating_add(1).saturating_mul(4) > len.saturating_mul(3) {
+        let grow = counts.used.saturating_add(1).saturating_mul(4) > len.saturating_mul(3);
+        if grow {
             // Room for twice the live keys: a rebuild then happens after as many inserts again.
             let wanted = counts.live.saturating_add(1).saturating_mul(2).max(SMALLEST).next_power_of_two();
             self.rebuild(shard, counts, wanted, guard);
         }
         // `rebuild` always leaves an array.
-        shard.slots(Ordering::Relaxed, guard).unwrap_or_else(|| std::process::abort())
+        (shard.slots(Ordering::Relaxed, guard).unwrap_or_else(|| std::process::abort()), grow)
     }
 
     /// Replaces the shard's array with one of `len` slots holding the same nodes (and no
@@ -649,7 +637,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
         let Some(slots) = shard.slots(Ordering::Relaxed, guard) else {
             return false;
         };
-        let Some((slot, node)) = Self::find(slots, hash, key, Ordering::Relaxed, 0) else { return false };
+        let Some((slot, node)) = Self::find(slots, hash, key, Ordering::Relaxed) else { return false };
         let change = change(node);
         let retired = self.apply(slot, node, change, &mut counts, guard);
         drop(counts);
