@@ -15,15 +15,17 @@
 //!   `0` when not pinned, else `(e << 1) | 1` for a pin taken when the epoch was `e`.
 //! * **Pin**: load `E` (Acquire), store it in the slot (Relaxed), then a compiler-only
 //!   barrier; then the table's loads. **Unpin**: store `0` (Release).
-//! * **Retire** (under [`COLLECTOR`]'s mutex): an object already unlinked from the table is
-//!   queued with tag `g`, the epoch read under the mutex.
+//! * **Retire**: an object already unlinked from the table goes into its thread's bag; a
+//!   full bag ([`BATCH`] objects), or any bag at a [`collect`], is handed over under
+//!   [`COLLECTOR`]'s mutex with tag `g`, the epoch read there (never less than the epoch at
+//!   any of its unlinks, which came before in the thread's order).
 //! * **Advance** (under the mutex): a heavy barrier, then if every pinned slot holds the
 //!   current epoch `e`, store `e + 1` (Release); objects tagged `g ≤ e + 1 − 2` are freed
 //!   (after the mutex is released, since freeing runs user `Drop` code).
 //!
 //! # Why an object tagged `g` is unreachable once `E ≥ g + 2`
 //! Take a reader R that loaded a pointer to the object. The unlink happens-before the
-//! retire, which (by the mutex) happens-before both advances `g → g+1` and `g+1 → g+2`.
+//! hand-over, which (by the mutex) happens-before both advances `g → g+1` and `g+1 → g+2`.
 //! * R's epoch is at most `g`: had R's Acquire load of `E` read `g + 1` or more, it would
 //!   synchronize with the advance's Release store, which follows the unlink, and R's later
 //!   pointer load would see the unlink.
@@ -42,7 +44,7 @@
 //! advance ignores a pinned reader); the barriers' pairing rests on the argument above, as
 //! loom does not explore every store-buffering outcome.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::marker::PhantomData;
 use std::mem;
 
@@ -50,8 +52,8 @@ use crossbeam_utils::CachePadded;
 
 use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering};
 
-/// Retired objects pending beyond which [`Guard::defer`] tries to advance the epoch itself
-/// (a heavy barrier, a few µs, amortised over this many retirements).
+/// Objects a thread retires before it hands them to the collector (one lock) and tries to
+/// advance the epoch (a heavy barrier, a few µs): both amortised over this many.
 const BATCH: usize = 64;
 
 /// A thread's pin slot.
@@ -94,10 +96,13 @@ loom::lazy_static! {
 struct Local {
     participant: Arc<Participant>,
     guards: Cell<usize>,
+    /// What this thread retired and has not handed over yet (at most [`BATCH`]).
+    bag: RefCell<Vec<Deferred>>,
 }
 
 impl Drop for Local {
     fn drop(&mut self) {
+        hand_over(std::mem::take(self.bag.get_mut()));
         // Release: a later owner's pins come after everything this thread did.
         self.participant.in_use.store(false, Ordering::Release);
     }
@@ -105,12 +110,12 @@ impl Drop for Local {
 
 #[cfg(not(slidegate_loom))]
 thread_local! {
-    static LOCAL: Local = Local { participant: register(), guards: Cell::new(0) };
+    static LOCAL: Local = Local { participant: register(), guards: Cell::new(0), bag: RefCell::new(Vec::new()) };
 }
 
 #[cfg(slidegate_loom)]
 loom::thread_local! {
-    static LOCAL: Local = Local { participant: register(), guards: Cell::new(0) };
+    static LOCAL: Local = Local { participant: register(), guards: Cell::new(0), bag: RefCell::new(Vec::new()) };
 }
 
 /// A free slot, or a new one.
@@ -198,22 +203,50 @@ impl Guard {
     /// Runs `f` once no reader can still hold what it frees: `f` must free only objects
     /// already unlinked from every place a reader could load them from.
     pub fn defer(&self, f: impl FnOnce() + Send + 'static) {
-        let pending = {
-            let mut registry = lock();
-            let tag = COLLECTOR.epoch.load(Ordering::Relaxed);
-            registry.garbage.push((tag, Box::new(f)));
-            registry.garbage.len()
-        };
-        if pending >= BATCH {
-            collect();
+        let mut f: Option<Deferred> = Some(Box::new(f));
+        // Kept in this thread's bag until it holds a batch: no lock per retirement.
+        let full = LOCAL.try_with(|local| match (local.bag.try_borrow_mut(), f.take()) {
+            (Ok(mut bag), Some(f)) => {
+                bag.push(f);
+                (bag.len() >= BATCH).then(|| std::mem::take(&mut *bag))
+            }
+            // Re-entered from a deferred function's drop: hand it over directly.
+            (Err(_), f) => Some(f.into_iter().collect()),
+            (Ok(_), None) => None,
+        });
+        match full {
+            Ok(None) => {}
+            Ok(Some(batch)) => {
+                hand_over(batch);
+                collect();
+            }
+            // This thread's locals are being destroyed: straight to the collector.
+            Err(_) => hand_over(f.into_iter().collect()),
         }
     }
+}
+
+/// Queues `batch` with the current epoch as its tag. The epoch when it is read here is at
+/// least the one when each object was unlinked (it only grows), so the tag is safe.
+fn hand_over(batch: Vec<Deferred>) {
+    if batch.is_empty() {
+        return;
+    }
+    let mut registry = lock();
+    let tag = COLLECTOR.epoch.load(Ordering::Relaxed);
+    registry.garbage.extend(batch.into_iter().map(|f| (tag, f)));
 }
 
 /// Advances the epoch as far as the pinned readers allow (at most twice) and frees what
 /// that makes safe: everything retired before the call, unless a reader pinned before it
 /// is still pinned.
 pub fn collect() {
+    // This thread's bag first (a sweep's retirements are in it).
+    if let Ok(Some(batch)) =
+        LOCAL.try_with(|local| local.bag.try_borrow_mut().ok().map(|mut b| std::mem::take(&mut *b)))
+    {
+        hand_over(batch);
+    }
     let ready = {
         let mut registry = lock();
         for _ in 0..2 {
