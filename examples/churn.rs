@@ -5,8 +5,8 @@
 //! 10/s per key on a [`ManualClock`] (one admitted request each), records heap and RSS (the
 //! cycle's peak), moves the clock 3 s on (past every key's 2 s life) and sweeps them all out,
 //! and records heap and RSS again; `--cycles` cycles (100; `--quick` 10). For
-//! `Algorithm::SlidingLog`, whose evicted logs are freed through the table's epochs, the
-//! heap after the sweep is also recorded after collecting the deferred frees ("settled"); for
+//! `Algorithm::SlidingLog`, whose evicted logs are freed through crossbeam-epoch, the heap
+//! after the sweep is also recorded after flushing the epoch's deferred frees ("settled"); for
 //! the others the two are the same.
 //!
 //! Heap is live bytes from a counting allocator; RSS is resident pages from `/proc/self/statm`
@@ -21,8 +21,8 @@
 //!   each eviction brought it to 2.4–2.6 MiB); its max/min is printed, not held to 1.10;
 //! - heap flat (no leak): the settled heap after every cycle's eviction is exactly cycle 1's;
 //! - heap back to the start: the settled heap after every eviction is exactly what it was
-//!   before cycle 1 (after a warm-up that registers this thread with the table's
-//!   reclamation and inserts nothing).
+//!   before cycle 1 (after a warm-up that allocates this thread's key cache and its
+//!   crossbeam-epoch registration and garbage queue, and inserts nothing).
 //!
 //! Each algorithm runs in a fresh process of its own (this program with `--child NAME`), so
 //! one run's malloc arenas do not blur the next one's RSS. Default algorithms: the sliding
@@ -185,18 +185,18 @@ struct Cycle {
     peak_rss: u64,
     /// Right after the sweep.
     swept_heap: u64,
-    /// After collecting the key table's deferred frees.
+    /// After flushing crossbeam-epoch's deferred frees.
     settled_heap: u64,
     rss: u64,
     took: Duration,
 }
 
-/// Frees what the key table has deferred, as far as it can: sweeps (each sweep collects the
-/// table's retired nodes once no check holds them) until the heap has not dropped for a while.
-fn settle(limiter: &Limiter<u64>) {
+/// Frees what crossbeam-epoch has deferred, as far as it can: flushes until the heap has not
+/// dropped for a while.
+fn settle() {
     let (mut last, mut still) = (heap(), 0);
     while still < 64 {
-        let _ = limiter.sweep();
+        crossbeam_epoch::pin().flush();
         let now = heap();
         if now < last {
             (last, still) = (now, 0);
@@ -215,11 +215,17 @@ fn child(args: &Args, name: &'static str) -> Result<bool, Error> {
         .limit(Limit::per_second(10))
         .clock(clock.clone())
         .build()?;
-    // Warm-up that inserts nothing: a cost-0 check registers this thread with the table's
-    // reclamation. The results' vector is allocated now, so that its growth does not show as
-    // the limiter's.
+    // Warm-up that inserts nothing: a cost-0 check allocates this thread's key cache; deferred
+    // no-ops register this thread with crossbeam-epoch and bring its garbage queue to its
+    // working size (one 2 KB node more than a fresh one). The results' vector is allocated
+    // now, so that its growth does not show as the limiter's.
     let _ = limiter.check_n(&u64::MAX, 0);
-    settle(&limiter);
+    for _ in 0..256 {
+        let guard = crossbeam_epoch::pin();
+        guard.defer(|| ());
+        guard.flush();
+    }
+    settle();
     let mut cycles = Vec::with_capacity(args.cycles as usize);
     let (start_heap, start_rss) = (heap(), rss());
     let mut refused = 0u64;
@@ -234,7 +240,7 @@ fn child(args: &Args, name: &'static str) -> Result<bool, Error> {
         let evicted = limiter.sweep() as u64;
         unswept += args.keys - evicted.min(args.keys) + limiter.len() as u64;
         let swept_heap = heap();
-        settle(&limiter);
+        settle();
         let settled_heap = heap();
         cycles.push(Cycle { peak_heap, peak_rss, swept_heap, settled_heap, rss: rss(), took: t0.elapsed() });
     }

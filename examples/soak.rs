@@ -361,7 +361,7 @@ fn earliest(model: Model, spec: &Spec, units: &[(u64, u64)], l: u64, cost: u64) 
             let mut inside: Vec<u64> = Vec::new();
             for &(t, c) in units {
                 if t + w > l {
-                    inside.extend(std::iter::repeat_n(t, c as usize));
+                    inside.extend(std::iter::repeat(t).take(c as usize));
                 }
             }
             let excess = (inside.len() as u64 + cost).saturating_sub(max);

@@ -80,7 +80,6 @@ pub mod memcached;
 mod metrics;
 mod policy;
 mod protocol;
-mod reclaim;
 #[cfg(feature = "redis")]
 pub mod redis;
 #[cfg(any(feature = "redis", feature = "memcached"))]
@@ -108,7 +107,6 @@ pub mod model {
     pub use crate::algorithm::Algorithm;
     pub use crate::layout::Policy;
     pub use crate::protocol::{Carry, KeyState, Outcome, OwnedState};
-    pub use crate::reclaim::{collect, pin, Guard};
 }
 
 // The README's gateway example needs the `tower` and `axum` features (the README's test

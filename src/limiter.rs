@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use crate::reclaim::{self as epoch, Guard};
+use crossbeam_epoch::{self as epoch, Guard};
 use dashmap::DashMap;
 
 use crate::algorithm::Algorithm;

@@ -836,7 +836,7 @@ impl<'a> KeyState<'a> {
                     }
                     Err(later) => later,
                 };
-                if refusing.is_none_or(|(_, latest)| at > latest) {
+                if refusing.map_or(true, |(_, latest)| at > latest) {
                     refusing = Some((j, at));
                 }
             }

@@ -3,16 +3,16 @@
 //! # Layout
 //! The table is [`SHARDS`] shards, chosen by the top bits of the key's hash. A shard is an
 //! open-addressed array of slots (linear probing, a power of two long), each slot a pointer
-//! to the key's *node*, with 3 bits of the key's hash in the pointer's alignment bits (a
+//! to the key's *node*, with 4 bits of the key's hash in the pointer's alignment bits (a
 //! probe passes over most other keys' nodes unread). A node is one allocation holding the
 //! key's policy version, the key itself and, right behind them, its counters
 //! (`[AtomicU64]`, as many words as the policy lays out). A check reads the slot, then the
 //! node: no second pointer, and no allocation per key beyond the node.
 //!
 //! # Reads take no lock and write nothing shared
-//! A lookup pins the table's epoch-based reclamation (`reclaim.rs`: two plain stores to
-//! this thread's own slot, no fence instruction and nothing shared written), loads the
-//! shard's array, probes it and compares tags and keys. Everything that changes the table
+//! A lookup pins `crossbeam-epoch` (a compare-and-swap on this thread's own epoch slot;
+//! one pin in 128 also tries to advance the global epoch, the one shared write a read can
+//! make, amortised), loads the shard's array, probes it and compares tags and keys. Everything that changes the table
 //! (an insert, a removal, a node replaced, an array rebuilt) happens under the shard's
 //! mutex, which checks never take. A node or an array taken out of the table is freed
 //! through the epoch once no pinned reader can still hold it, so a reader never touches
@@ -38,11 +38,11 @@ use std::marker::PhantomData;
 use std::ptr::{self, NonNull};
 use std::sync::{Arc, PoisonError, TryLockError};
 
+use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
 use crossbeam_utils::CachePadded;
 
 use crate::layout::{fill_initial, initial_words, Policy};
 use crate::protocol::{KeyState, OwnedState};
-use crate::reclaim::{self, Guard};
 use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering};
 
 /// Shards per table: a rebuild rehashes one shard's keys (at 1 M keys, about 16 k), during
@@ -133,17 +133,18 @@ fn layout<K>(words: usize) -> Option<Layout> {
     Some(layout.pad_to_align())
 }
 
-/// Nodes are aligned to 8 bytes (their counters' alignment; 16 would pad most nodes by 8
-/// bytes), so a slot keeps 3 bits of the key's hash in the low bits of the node's address:
-/// a probe passes over 7 of 8 other keys' nodes without reading them (a cache miss each,
-/// at scale).
-const NODE_ALIGN: usize = 8;
+/// Nodes are aligned to 16 bytes (what the system allocator gives small blocks anyway), so
+/// a slot keeps 4 bits of the key's hash in the low bits of the node's address: a probe
+/// passes over 15 of 16 other keys' nodes without reading them (a cache miss each, at
+/// scale). (8-byte alignment saves 8 bytes on some nodes, but the contention soak found
+/// exactness failures with it in half its 60 s runs, not yet explained: see the README.)
+const NODE_ALIGN: usize = 16;
 const TAG_MASK: usize = NODE_ALIGN - 1;
 
 /// The tag of `hash`: bits the shard and slot choice do not use.
 #[inline(always)]
 fn tag(hash: u64) -> usize {
-    // Truncation is the point: 3 bits.
+    // Truncation is the point: 4 bits.
     ((hash >> 32) as usize) & TAG_MASK
 }
 
@@ -217,23 +218,6 @@ unsafe fn free_node<K>(node: *mut Header<K>) {
     }
 }
 
-/// Frees the array `old` (from `Box::into_raw`, or null), just unlinked from its shard, once
-/// no reader pinned before can still probe it.
-fn retire_slots<K: Send + 'static>(old: *mut Slots<K>, guard: &Guard) {
-    if old.is_null() {
-        return;
-    }
-    let old = SendPtr(old);
-    guard.defer(move || {
-        let old = old;
-        // SAFETY: from `Box::into_raw`, unlinked, and freed once (the pointer is ours).
-        #[allow(unsafe_code)]
-        unsafe {
-            drop(Box::from_raw(old.0));
-        }
-    });
-}
-
 /// A pointer that may cross to the thread that runs the epoch's deferred functions.
 struct SendPtr<T>(*mut T);
 // SAFETY: it only carries a node or a policy to the function that frees it, which may run
@@ -242,7 +226,7 @@ struct SendPtr<T>(*mut T);
 unsafe impl<T: Send> Send for SendPtr<T> {}
 
 /// A removed slot: probing goes on past it; an insert may reuse it. (Address 1: no node,
-/// 8-aligned, tagged or not, has it.)
+/// 16-aligned, tagged or not, has it.)
 fn tombstone<K>() -> *mut Header<K> {
     NonNull::<u8>::dangling().as_ptr().cast()
 }
@@ -289,25 +273,11 @@ struct Counts {
 }
 
 struct Shard<K> {
-    /// The array, from `Box::into_raw` (null before the first insert and after a sweep
-    /// empties the shard); replaced under `writer`, freed through [`reclaim`].
-    slots: AtomicPtr<Slots<K>>,
+    slots: Atomic<Slots<K>>,
     writer: Mutex<Counts>,
 }
 
 impl<K> Shard<K> {
-    /// The array as a reader pinned by `guard` (or the mutex's holder) may use it.
-    #[inline]
-    fn slots<'g>(&self, order: Ordering, _guard: &'g Guard) -> Option<&'g Slots<K>> {
-        let slots = self.slots.load(order);
-        // SAFETY: an array is freed only through `reclaim` once unreachable, after every
-        // guard pinned while it was reachable is gone; `'g` is such a guard's lifetime.
-        #[allow(unsafe_code)]
-        unsafe {
-            slots.as_ref()
-        }
-    }
-
     fn lock(&self) -> MutexGuard<'_, Counts> {
         // A panic under the lock cannot leave the array inconsistent (every change is one
         // pointer store), so a poisoned lock is still good.
@@ -367,11 +337,13 @@ impl<K> Table<K> {
     }
 
     /// Frees what the epoch holds and can free now: after a sweep, so that the memory of the
-    /// keys it evicted comes back at once rather than at a later collection. Advances the
-    /// epoch twice if every pinned thread allows it (see `reclaim.rs`); pinned checks only
-    /// postpone it to the next sweep.
+    /// keys it evicted comes back at once rather than as later checks collect it. Each
+    /// flush advances the epoch if every pinned thread allows it and frees what two
+    /// advances have made safe; pinned checks only postpone it to the next sweep.
     pub(crate) fn settle() {
-        reclaim::collect();
+        for _ in 0..4 {
+            epoch::pin().flush();
+        }
     }
 
     /// How many shards [`sweep_shard`](Self::sweep_shard) walks.
@@ -383,12 +355,7 @@ impl<K> Table<K> {
 impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
     pub(crate) fn new(max_keys: usize) -> Table<K> {
         let shards = (0..SHARDS)
-            .map(|_| {
-                CachePadded::new(Shard {
-                    slots: AtomicPtr::new(ptr::null_mut()),
-                    writer: Mutex::new(Counts::default()),
-                })
-            })
+            .map(|_| CachePadded::new(Shard { slots: Atomic::null(), writer: Mutex::new(Counts::default()) }))
             .collect();
         Table { shards, hasher: hasher(), live: AtomicUsize::new(0), max_keys }
     }
@@ -422,7 +389,10 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
         Q: Eq + ?Sized,
     {
         // Acquire pairs with the Release store that published the array (`rebuild`).
-        let slots = self.shard(hash).slots(Ordering::Acquire, guard)?;
+        let slots = self.shard(hash).slots.load(Ordering::Acquire, guard);
+        // SAFETY: an array is freed only through the epoch once unreachable; we are pinned.
+        #[allow(unsafe_code)]
+        let slots = unsafe { slots.as_ref() }?;
         Self::find(slots, hash, key, Ordering::Acquire).map(|(_, node)| node)
     }
 
@@ -488,7 +458,10 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
             shard.lock()
         };
         // Relaxed: under the mutex, which orders every writer of the array pointer.
-        if let Some(current) = shard.slots(Ordering::Relaxed, guard) {
+        let current = shard.slots.load(Ordering::Relaxed, guard);
+        // SAFETY: as in `get`.
+        #[allow(unsafe_code)]
+        if let Some(current) = unsafe { current.as_ref() } {
             if let Some((_, node)) = Self::find(current, hash, key, Ordering::Relaxed) {
                 return Ok(node);
             }
@@ -509,7 +482,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
         let policy = policy_of(&owned);
         std::mem::forget(reservation);
         // Grown (or rebuilt) only now, for a key that is really going in.
-        let (slots, rebuilt) = self.slots_for_insert(shard, &mut counts, guard);
+        let slots = self.slots_for_insert(shard, &mut counts, guard);
         // Small layouts (one limit of up to ~30 slots) start on the stack: no allocation
         // beyond the node.
         let mut small = [0u64; 32];
@@ -541,43 +514,37 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
         if was_empty {
             counts.used = counts.used.saturating_add(1);
         }
-        drop(counts);
-        if rebuilt {
-            // The arrays that growth replaced are freed now rather than at a later batch
-            // (they are the larger part of what is retired while keys arrive). The one just
-            // replaced waits for this thread to unpin.
-            reclaim::collect();
-        }
         // SAFETY: just stored; `new_node` never returns null.
         let ptr = NonNull::new(node).unwrap_or_else(|| std::process::abort());
         Ok(Node { ptr, _guard: PhantomData })
     }
 
-    /// The shard's array, grown (or rebuilt) first if one more node would fill it past 3/4;
-    /// and whether it was.
-    fn slots_for_insert<'g>(
-        &self,
-        shard: &Shard<K>,
-        counts: &mut Counts,
-        guard: &'g Guard,
-    ) -> (&'g Slots<K>, bool) {
+    /// The shard's array, grown or rebuilt first if one more node would fill it past 3/4.
+    fn slots_for_insert<'g>(&self, shard: &Shard<K>, counts: &mut Counts, guard: &'g Guard) -> &'g Slots<K> {
         // Relaxed: under the mutex, which orders every writer of the array pointer.
-        let len = shard.slots(Ordering::Relaxed, guard).map_or(0, |s| s.slots.len());
-        let grow = counts.used.saturating_add(1).saturating_mul(4) > len.saturating_mul(3);
-        if grow {
+        let current = shard.slots.load(Ordering::Relaxed, guard);
+        // SAFETY: as in `get` (and only this mutex's holder replaces it).
+        #[allow(unsafe_code)]
+        let len = unsafe { current.as_ref() }.map_or(0, |s| s.slots.len());
+        if counts.used.saturating_add(1).saturating_mul(4) > len.saturating_mul(3) {
             // Room for twice the live keys: a rebuild then happens after as many inserts again.
             let wanted = counts.live.saturating_add(1).saturating_mul(2).max(SMALLEST).next_power_of_two();
             self.rebuild(shard, counts, wanted, guard);
         }
-        // `rebuild` always leaves an array.
-        (shard.slots(Ordering::Relaxed, guard).unwrap_or_else(|| std::process::abort()), grow)
+        let current = shard.slots.load(Ordering::Relaxed, guard);
+        // SAFETY: as above; `rebuild` always leaves an array.
+        #[allow(unsafe_code)]
+        unsafe { current.as_ref() }.unwrap_or_else(|| std::process::abort())
     }
 
     /// Replaces the shard's array with one of `len` slots holding the same nodes (and no
     /// tombstones). Under the shard's mutex.
     fn rebuild(&self, shard: &Shard<K>, counts: &mut Counts, len: usize, guard: &Guard) {
         let fresh = Slots::with_len(len);
-        if let Some(old) = shard.slots(Ordering::Relaxed, guard) {
+        let old = shard.slots.load(Ordering::Relaxed, guard);
+        // SAFETY: as in `get`.
+        #[allow(unsafe_code)]
+        if let Some(old) = unsafe { old.as_ref() } {
             // Nodes are scattered: hashing a key is a cache miss. Batches of nodes are hashed
             // in a loop of independent loads, so that the CPU overlaps their misses, before
             // any of them is placed.
@@ -610,10 +577,15 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
         counts.used = counts.live;
         // Release pairs with the readers' Acquire load of the array: its slots, written above,
         // are visible to whoever loads it (the nodes themselves were published before).
-        let old = shard.slots.swap(Box::into_raw(Box::new(fresh)), Ordering::Release);
-        // Unreachable from now on; readers pinned before may still probe it. (Its nodes live
-        // on in the new array.)
-        retire_slots(old, guard);
+        let old = shard.slots.swap(Owned::new(fresh), Ordering::Release, guard);
+        if !old.is_null() {
+            // SAFETY: unreachable from now on; readers pinned before may still probe it, and
+            // the epoch frees it only after they unpin. (Its nodes live on in the new array.)
+            #[allow(unsafe_code)]
+            unsafe {
+                guard.defer_destroy(old);
+            }
+        }
     }
 
     /// Under `key`'s shard mutex, offers its node to `change`, which may retire its state
@@ -634,7 +606,10 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
         let shard = self.shard(hash);
         let mut counts = shard.lock();
         // Relaxed: under the mutex.
-        let Some(slots) = shard.slots(Ordering::Relaxed, guard) else {
+        let slots = shard.slots.load(Ordering::Relaxed, guard);
+        // SAFETY: as in `get`.
+        #[allow(unsafe_code)]
+        let Some(slots) = (unsafe { slots.as_ref() }) else {
             return false;
         };
         let Some((slot, node)) = Self::find(slots, hash, key, Ordering::Relaxed) else { return false };
@@ -643,6 +618,9 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
         drop(counts);
         if let Some(node) = retired {
             Self::retire_nodes(vec![node], guard);
+            // Hand the retired node to the epoch now rather than leave it in this thread's
+            // bag (a node can be kilobytes, and this thread may go idle).
+            guard.flush();
         }
         true
     }
@@ -663,16 +641,15 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
                 // initialised for whoever loads it.
                 let old = node.header().policy.swap(newer, Ordering::Release);
                 let old = SendPtr(old);
-                // Readers pinned before the swap may still use the old version: the node's
-                // count of it is dropped once they unpin.
-                guard.defer(move || {
-                    let old = old;
-                    // SAFETY: the node's strong count, from `Arc::into_raw`, given back once.
-                    #[allow(unsafe_code)]
-                    unsafe {
+                // SAFETY: readers pinned before the swap may still use the old version; the
+                // epoch drops the node's count of it after they unpin.
+                #[allow(unsafe_code)]
+                unsafe {
+                    guard.defer_unchecked(move || {
+                        let old = old;
                         drop(Arc::from_raw(old.0.cast_const()));
-                    }
-                });
+                    });
+                }
                 None
             }
             Change::Replace(state) => {
@@ -701,17 +678,16 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
         if dead.is_empty() {
             return;
         }
-        // The nodes are in no array any more; readers pinned before may still hold them,
-        // and this runs after they unpin.
-        guard.defer(move || {
-            for node in dead {
-                // SAFETY: from `new_node`, unreachable, and freed once (the list is ours).
-                #[allow(unsafe_code)]
-                unsafe {
+        // SAFETY: the nodes are in no array any more; readers pinned before may still hold
+        // them, and the epoch runs this after they unpin.
+        #[allow(unsafe_code)]
+        unsafe {
+            guard.defer_unchecked(move || {
+                for node in dead {
                     free_node(node.0);
                 }
-            }
-        });
+            });
+        }
     }
 
     /// Walks shard `index` under its mutex, offering each node to `change` (as in
@@ -720,9 +696,12 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
     /// nodes removed. Checks never wait for this: only inserts into the shard do.
     pub(crate) fn sweep_shard(&self, index: usize, mut change: impl FnMut(Node<'_, K>) -> Change) -> usize {
         let Some(shard) = self.shards.get(index) else { return 0 };
-        let guard = reclaim::pin();
+        let guard = epoch::pin();
         let mut counts = shard.lock();
-        let Some(slots) = shard.slots(Ordering::Relaxed, &guard) else {
+        let slots = shard.slots.load(Ordering::Relaxed, &guard);
+        // SAFETY: as in `get`.
+        #[allow(unsafe_code)]
+        let Some(slots) = (unsafe { slots.as_ref() }) else {
             return 0;
         };
         let mut dead = Vec::new();
@@ -743,10 +722,13 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
             // An empty shard gives its array back too (the table then holds nothing but its
             // shards, as when new).
             counts.used = 0;
-            let old = shard.slots.swap(ptr::null_mut(), Ordering::Release);
-            // Unreachable from now on (readers that load null find nothing); readers pinned
-            // before may still probe it.
-            retire_slots(old, &guard);
+            let old = shard.slots.swap(epoch::Shared::null(), Ordering::Release, &guard);
+            // SAFETY: unreachable from now on (readers that load null find nothing); readers
+            // pinned before may still probe it, and the epoch frees it after they unpin.
+            #[allow(unsafe_code)]
+            unsafe {
+                guard.defer_destroy(old);
+            }
         } else if len > SMALLEST && counts.live.saturating_mul(8) <= len {
             let wanted = counts.live.saturating_mul(2).max(SMALLEST).next_power_of_two();
             self.rebuild(shard, &mut counts, wanted, &guard);
@@ -754,14 +736,19 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
             self.rebuild(shard, &mut counts, len, &guard);
         }
         drop(counts);
+        // Hand what this sweep freed to the epoch now, so memory comes back promptly.
+        guard.flush();
         removed
     }
 
     /// Every node, for a table no one else can use any more (its owner is dropping it).
     pub(crate) fn for_each_exclusive(&mut self, mut f: impl FnMut(Node<'_, K>)) {
+        // SAFETY: `&mut self`: no other thread can reach the table.
+        #[allow(unsafe_code)]
+        let guard = unsafe { epoch::unprotected() };
         for shard in self.shards.iter() {
-            let slots = shard.slots.load(Ordering::Relaxed);
-            // SAFETY: `&mut self`: no other thread can reach the table, so the array is alive.
+            let slots = shard.slots.load(Ordering::Relaxed, guard);
+            // SAFETY: exclusive access.
             #[allow(unsafe_code)]
             let Some(slots) = (unsafe { slots.as_ref() }) else {
                 continue;
@@ -790,16 +777,18 @@ pub(crate) enum Change {
 
 impl<K> Drop for Table<K> {
     fn drop(&mut self) {
+        // SAFETY: `&mut self`: no reader is left, so nodes and arrays are freed at once.
+        #[allow(unsafe_code)]
+        let guard = unsafe { epoch::unprotected() };
         for shard in self.shards.iter() {
-            let slots = shard.slots.swap(ptr::null_mut(), Ordering::Relaxed);
+            let slots = shard.slots.swap(epoch::Shared::null(), Ordering::Relaxed, guard);
             if slots.is_null() {
                 continue;
             }
-            // SAFETY: `&mut self`: no reader is left, so the array (from `Box::into_raw`) and
-            // its nodes are ours to free, at once.
+            // SAFETY: exclusive access; the array and its nodes are ours to free.
             #[allow(unsafe_code)]
             unsafe {
-                let slots = Box::from_raw(slots);
+                let slots = slots.into_owned();
                 for slot in slots.slots.iter() {
                     let value = slot.load(Ordering::Relaxed);
                     if !value.is_null() && value != tombstone() {

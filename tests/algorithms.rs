@@ -776,6 +776,9 @@ fn a_sliding_log_limiter_dropped_with_many_keys_held_does_not_crash() {
                 w.join().unwrap();
             }
         }
+        for _ in 0..256 {
+            crossbeam_epoch::pin().flush();
+        }
     }
 }
 

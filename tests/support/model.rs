@@ -327,7 +327,7 @@ impl Model {
         for (j, rule) in self.rules(key).iter().enumerate() {
             if !rule.admits(log, self.now, cost) {
                 let at = rule.earliest(log, self.now, cost);
-                if refusing.is_none_or(|(_, latest)| at > latest) {
+                if refusing.map_or(true, |(_, latest)| at > latest) {
                     refusing = Some((j, at));
                 }
             }
