@@ -542,8 +542,8 @@ fn report(
         "\nMemory during the spray. Documented bytes/key: a fresh limiter with {} `Ipv6Addr` keys, \
          measured as `examples/memory.rs` measures (in a fresh process; `u64` keys there: {:.0} B, \
          state {:.0} B). Slack per key, heap: {table:.0} B for one more doubling of the map's table \
-         (the documented figure less the state's {:.0} B allocation: under churn hashbrown's \
-         tombstones double a table once, see `examples/churn.rs`) and {:.0}% of the documented \
+         (the documented figure less the state's {:.0} B allocation: under churn the key \
+         table's tombstones can double a shard's array once, see `src/table.rs`) and {:.0}% of the documented \
          figure (uneven shards, a shard's two tables while it resizes, `sweep()`'s list of one \
          shard's expired keys); RSS also {MALLOC_OVERHEAD:.0} B of malloc header and rounding on \
          the state's allocation, {table:.0} B for replaced tables that malloc keeps, and {} for \
