@@ -100,6 +100,8 @@ pub(crate) struct Rule {
     /// for a `max` up to 254, 1 (two 16-bit counts) up to 65,534, else 0 (one 32-bit count).
     /// See [`ring_entries_log`] and `algorithm/sliding.rs`.
     pub(crate) entries_log: u32,
+    /// The largest count a ring entry holds: `2^(32 >> entries_log) − 1`, more than `max`.
+    pub(crate) entry_most: u64,
     /// `precision` and `ring` as fast divisors.
     pub(crate) by_precision: Divisor,
     pub(crate) by_ring: Divisor,
@@ -148,16 +150,6 @@ impl Rule {
     pub(crate) fn place(&self, position: usize) -> (usize, u32) {
         let within = position & ((1 << self.entries_log) - 1);
         (self.ring_at + (position >> self.entries_log), (within as u32) << (5 - self.entries_log))
-    }
-
-    /// The largest count a ring entry holds (`2^bits − 1`, at least `max`).
-    #[inline]
-    pub(crate) fn entry_most(&self) -> u64 {
-        match self.entries_log {
-            2 => 0xFF,
-            1 => 0xFFFF,
-            _ => 0xFFFF_FFFF,
-        }
     }
 
     /// Ring words: `ring` entries, `2^entries_log` to a word.
@@ -255,6 +247,11 @@ impl Policy {
                 return Err(ConfigError::ZeroPrecision { limit: *limit });
             };
             let interval = window.div_ceil(limit.max().max(1));
+            let entries_log = match algorithm {
+                Algorithm::SlidingWindow => ring_entries_log(limit.max()).min(floor),
+                // No ring: the field is unused, and equal for every policy.
+                _ => 0,
+            };
             let rule = Rule {
                 limit: *limit,
                 max: limit.max(),
@@ -264,11 +261,8 @@ impl Policy {
                 strict: limit.accuracy() == Accuracy::Strict,
                 at,
                 ring_at,
-                entries_log: match algorithm {
-                    Algorithm::SlidingWindow => ring_entries_log(limit.max()).min(floor),
-                    // No ring: the field is unused, and equal for every policy.
-                    _ => 0,
-                },
+                entries_log,
+                entry_most: u64::from(u32::MAX >> (32 - (32 >> entries_log))),
                 by_precision,
                 by_ring,
                 window,

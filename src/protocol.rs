@@ -250,22 +250,21 @@ impl<'a> KeyState<'a> {
         let same_layout = self.policy.same_layout(newer);
         // SeqCst: as in `retire`, and the swap's Release half orders it before the RMWs.
         let touched = self.word(TOUCHED).swap(RETIRED, Ordering::SeqCst);
-        if same_layout && touched != RETIRED && self.policy.algorithm != Algorithm::SlidingLog {
+        let copied = same_layout && self.policy.algorithm != Algorithm::SlidingLog;
+        let reencoded = !same_layout && self.policy.same_windows(newer);
+        if touched != RETIRED && (copied || reencoded) {
             // AcqRel: see the doc comment (pairs with the commits' CAS).
             let mut words: Vec<u64> = self.words.iter().map(|w| w.fetch_add(0, Ordering::AcqRel)).collect();
+            if reencoded {
+                // The same windows, ring entries of another width: slot by slot, exactly.
+                let mut fresh = vec![0u64; newer.words_per_key()];
+                for (a, b) in self.policy.rules.iter().zip(newer.rules.iter()) {
+                    Sliding::reencode(a, b, &words, &mut fresh, now);
+                }
+                words = fresh;
+            }
             set(&mut words, TOUCHED, touched);
             return OwnedState::from_words(newer, &words);
-        }
-        if touched != RETIRED && self.policy.same_windows(newer) {
-            // The same windows, ring entries of another width: slot by slot, exactly.
-            // AcqRel: as above.
-            let words: Vec<u64> = self.words.iter().map(|w| w.fetch_add(0, Ordering::AcqRel)).collect();
-            let mut fresh = vec![0u64; newer.words_per_key()];
-            set(&mut fresh, TOUCHED, touched);
-            for (a, b) in self.policy.rules.iter().zip(newer.rules.iter()) {
-                Sliding::reencode(a, b, &words, &mut fresh, now);
-            }
-            return OwnedState::from_words(newer, &fresh);
         }
         let owned = OwnedState::new(newer, now);
         let fresh = owned.state();

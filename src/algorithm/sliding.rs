@@ -65,7 +65,7 @@ const SUM_SATURATED: u64 = u32::MAX as u64;
 /// width (never below `max`, see the module docs).
 #[inline]
 fn closed_count(rule: &Rule, cur: u64) -> u64 {
-    count_of(cur).min(rule.entry_most())
+    count_of(cur).min(rule.entry_most)
 }
 
 /// What a closed slot of `count` units weighs as the oldest, partly covered slot: its
@@ -74,7 +74,7 @@ fn closed_count(rule: &Rule, cur: u64) -> u64 {
 /// wholly left the window. Conservative: never less than the units it stands for.
 #[inline]
 fn as_oldest(rule: &Rule, count: u64) -> u64 {
-    if rule.entries_log > 0 && count >= rule.entry_most() {
+    if rule.entries_log > 0 && count >= rule.entry_most {
         rule.max.saturating_mul(rule.precision).saturating_add(1)
     } else {
         count
@@ -84,14 +84,22 @@ fn as_oldest(rule: &Rule, count: u64) -> u64 {
 /// Ring entry at bit `shift` of `word`.
 #[inline]
 fn entry(rule: &Rule, word: u64, shift: u32) -> u64 {
-    (word >> shift) & rule.entry_most()
+    (word >> shift) & rule.entry_most
 }
 
 /// `word` with its entry at bit `shift` set to `count` (at most the entry's width).
 #[inline]
 fn with_entry(rule: &Rule, word: u64, shift: u32, count: u64) -> u64 {
-    let most = rule.entry_most();
+    let most = rule.entry_most;
     (word & !(most << shift)) | (count.min(most) << shift)
+}
+
+/// Slot `slot`'s count if ring word `word` holds that very slot (its tag is `slot` or up to
+/// `ring − 1` slots later), else `None`: see [`read_entry`].
+#[inline]
+fn held(rule: &Rule, word: u64, slot: u64, shift: u32) -> Option<u64> {
+    let d = tag_distance(tag_of(word), slot as u32);
+    (d >= 0 && d.unsigned_abs() < rule.ring).then(|| entry(rule, word, shift))
 }
 
 /// What ring word `word` says about slot `slot`, whose entry sits at bit `shift`: the word's
@@ -101,10 +109,12 @@ fn with_entry(rule: &Rule, word: u64, shift: u32, count: u64) -> u64 {
 #[inline]
 #[allow(clippy::arithmetic_side_effects, reason = "a slot below 2⁴⁵ plus a tag distance below 2³¹")]
 fn read_entry(rule: &Rule, word: u64, slot: u64, shift: u32) -> Hist {
-    match tag_distance(tag_of(word), slot as u32) {
-        d if d < 0 => Hist::Count(0),
-        d if d.unsigned_abs() < rule.ring => Hist::Count(entry(rule, word, shift)),
-        d => Hist::Newer(slot + d.unsigned_abs()),
+    match held(rule, word, slot, shift) {
+        Some(units) => Hist::Count(units),
+        None => match tag_distance(tag_of(word), slot as u32) {
+            d if d < 0 => Hist::Count(0),
+            d => Hist::Newer(slot + d.unsigned_abs()),
+        },
     }
 }
 
@@ -541,10 +551,10 @@ impl KeyState<'_> {
             for (k, slot) in slots.clone().enumerate() {
                 let (_, shift) = rule.place(position + k);
                 let ours = if slot == closed.0 { closed.1 } else { 0 };
-                match read_entry(rule, old, slot, shift) {
-                    Hist::Count(have) if tag_distance(tag_of(old), slot as u32) >= 0 && have >= ours => {}
-                    Hist::Newer(_) => {}
-                    Hist::Count(_) => word = with_entry(rule, word, shift, ours),
+                match (held(rule, old, slot, shift), read_entry(rule, old, slot, shift)) {
+                    (Some(have), _) if have >= ours => {}
+                    (None, Hist::Newer(_)) => {}
+                    _ => word = with_entry(rule, word, shift, ours),
                 }
             }
             if word == old {
@@ -631,7 +641,7 @@ impl KeyState<'_> {
         if view.current > room {
             // Nothing fits while the current slot is wholly inside the window (the usual
             // refusal: a burst within one slot): go straight to where it becomes the oldest.
-            let closes_with = view.current.min(rule.entry_most());
+            let closes_with = view.current.min(rule.entry_most);
             (start, whole, oldest) = (view.slot + rule.slots, 0, as_oldest(rule, closes_with));
         }
         for slot in start..=view.slot + rule.slots + 1 {
@@ -642,13 +652,10 @@ impl KeyState<'_> {
                     let (at, shift) = rule.place(position as usize);
                     // Relaxed: ordered by the Acquire load of `cur` in `view`.
                     let word = self.word(at).load(Ordering::Relaxed);
-                    match read_entry(rule, word, i, shift) {
-                        Hist::Count(units) if tag_distance(tag_of(word), i as u32) >= 0 => units,
-                        _ => {
-                            *lost = true;
-                            0
-                        }
-                    }
+                    held(rule, word, i, shift).unwrap_or_else(|| {
+                        *lost = true;
+                        0
+                    })
                 } else {
                     self.units_in(rule, view, i).unwrap_or_else(|| {
                         *lost = true;
