@@ -75,7 +75,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // 2. Through hyper on loopback.
     let app = || Router::new().route("/", get(|| async { "hello" }));
     let bare = serve(app()).await?;
-    let layer = RateLimitLayer::new("bench", open_limiter::<std::net::IpAddr>(), PeerIp);
+    let layer = RateLimitLayer::new("bench", open_limiter::<std::net::IpAddr>(), PeerIp)
+        .unwrap_or_else(|e| unreachable!("a bounded limiter: {e}"));
     let with_layer = serve(app().layer(layer)).await?;
     let (mut bare_rps, mut layer_rps) = (Vec::new(), Vec::new());
     for _ in 0..rounds {

@@ -53,17 +53,22 @@ async fn start_upstream() -> std::io::Result<SocketAddr> {
     Ok(addr)
 }
 
-/// The gateway's router: the per-IP layer outside, the per-API-key layer on `/api`.
-fn gateway(upstream: Upstream) -> Result<Router, slidegate::ConfigError> {
-    let per_ip = Limiter::<IpAddr>::builder().name("per-ip").limit(Limit::per_second(100)).build()?;
-    let login = Limiter::<IpAddr>::builder().name("login").limit(Limit::per_minute(5)).build()?;
+/// The gateway's router: the per-IP layer outside, the per-API-key layer on `/api`. Keys
+/// come from clients (addresses, a header), so each limiter holds at most `MAX_KEYS`.
+fn gateway(upstream: Upstream) -> Result<Router, Box<dyn std::error::Error>> {
+    const MAX_KEYS: usize = 1_000_000;
+    let per_ip =
+        Limiter::<IpAddr>::builder().name("per-ip").limit(Limit::per_second(100)).max_keys(MAX_KEYS).build()?;
+    let login = Limiter::<IpAddr>::builder().name("login").limit(Limit::per_minute(5)).max_keys(MAX_KEYS).build()?;
     let per_key = Limiter::<HeaderValue>::builder()
         .name("api-key")
         .limit(Limit::per_second(10))
         .limit(Limit::per_minute(300))
+        .max_keys(MAX_KEYS)
         .build()?;
-    let ip_layer = RateLimitLayer::new("per-ip", per_ip, PeerIp).route("/login", "login", login);
-    let key_layer = RateLimitLayer::new("api-key", per_key, HeaderKey::new("x-api-key"))
+    // Every spelling of /login (//login, /%6Cogin, /api/../login) counts as /login.
+    let ip_layer = RateLimitLayer::new("per-ip", per_ip, PeerIp)?.route("/login", "login", login)?;
+    let key_layer = RateLimitLayer::new("api-key", per_key, HeaderKey::new("x-api-key")?)?
         .fallback_key(HeaderValue::from_static("anonymous"));
     let api = Router::new().fallback(proxy).layer(key_layer);
     Ok(Router::new().nest("/api", api).fallback(proxy).layer(ip_layer).with_state(upstream))

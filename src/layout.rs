@@ -195,6 +195,9 @@ pub struct Policy {
     pub(crate) denials: Denials,
     /// How states of older versions move to this one when their layout changes.
     pub(crate) carry: Carry,
+    /// Unique to this version in the process (0 until `of_tier`): what the tower layer's
+    /// cached headers are keyed by.
+    pub(crate) version: u64,
 }
 
 impl Policy {
@@ -294,6 +297,7 @@ impl Policy {
             shadow: false,
             replaced: AtomicBool::new(false),
             denials: Denials::none(),
+            version: 0,
             carry: Carry::Conservative,
         })
     }
@@ -304,7 +308,16 @@ impl Policy {
         self.shadow = shadow;
         self.carry = carry;
         self.denials = denials;
+        // Relaxed: only uniqueness matters, which the read-modify-write gives.
+        static VERSIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        self.version = VERSIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self
+    }
+
+    /// Unique to this version of a named policy in the process.
+    #[cfg(feature = "tower")]
+    pub(crate) fn version(&self) -> u64 {
+        self.version
     }
 
     /// How states of older versions move to this one (see [`KeyState::migrate`]).

@@ -936,6 +936,52 @@ where
         &self.shared.name
     }
 
+    /// The most keys the limiter holds at once ([`LimiterBuilder::max_keys`]), or `None` if
+    /// it was built without a bound.
+    ///
+    /// ```
+    /// use slidegate::{Limit, Limiter};
+    /// let bounded = Limiter::<u64>::builder().limit(Limit::per_second(1)).max_keys(1000).build()?;
+    /// assert_eq!(bounded.max_keys(), Some(1000));
+    /// let unbounded = Limiter::<u64>::builder().limit(Limit::per_second(1)).build()?;
+    /// assert_eq!(unbounded.max_keys(), None);
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn max_keys(&self) -> Option<usize> {
+        Some(self.shared.table.max_keys()).filter(|&most| most != usize::MAX)
+    }
+
+    /// [`check_n`](Self::check_n), also showing `seen` the policy version that decided (for
+    /// the tower layer's headers).
+    #[cfg(feature = "tower")]
+    pub(crate) fn check_n_seen<Q>(&self, key: &Q, cost: u64, seen: impl Fn(&Policy)) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let shared = &*self.shared;
+        self.decide::<Q, false>(key, cost, |decision, policy| {
+            seen(policy);
+            shared.metrics.decided(&decision, cost, policy.denials());
+            if shared.shadow || policy.shadow() {
+                return decision.shadowed();
+            }
+            decision
+        })
+    }
+
+    /// The name of policy `tier` (a policy version's `tier()`).
+    #[cfg(feature = "tower")]
+    pub(crate) fn tier_name(&self, tier: usize) -> &str {
+        self.shared.tiers.name(tier)
+    }
+
+    /// How many named policies the limiter has.
+    #[cfg(feature = "tower")]
+    pub(crate) fn tier_count(&self) -> usize {
+        self.shared.tiers.names().count()
+    }
+
     /// The algorithm every limit runs.
     ///
     /// ```

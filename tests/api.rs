@@ -831,10 +831,11 @@ async fn the_layer_states_a_window_near_duration_max() {
     let window = slidegate::MAX_WINDOW;
     let limiter = Limiter::<IpAddr>::builder()
         .limit(Limit::new(5, window).precision(window))
+        .max_keys(10)
         .clock(ManualClock::new())
         .build()
         .unwrap();
-    let layer = slidegate::tower::RateLimitLayer::new("huge", limiter, slidegate::tower::PeerIp);
+    let layer = slidegate::tower::RateLimitLayer::new("huge", limiter, slidegate::tower::PeerIp).unwrap();
     let service = layer.layer(tower::service_fn(|_: Request<()>| async {
         Ok::<_, std::convert::Infallible>(Response::new(()))
     }));

@@ -56,7 +56,7 @@ fn limiter<K: std::hash::Hash + Eq + Clone + Send + Sync + 'static>(
     limit: Limit,
     clock: &ManualClock,
 ) -> Limiter<K> {
-    Limiter::builder().limit(limit).clock(clock.clone()).build().unwrap()
+    Limiter::builder().limit(limit).max_keys(10_000).clock(clock.clone()).build().unwrap()
 }
 
 fn app() -> Router {
@@ -67,7 +67,9 @@ fn app() -> Router {
 async fn a_burst_gets_the_limit_then_429s_with_exact_headers_and_routes_keep_separate_budgets() {
     let clock = ManualClock::new();
     let layer = RateLimitLayer::new("default", limiter::<IpAddr>(Limit::per_minute(20), &clock), PeerIp)
-        .route("/login", "login", limiter::<IpAddr>(Limit::per_minute(5), &clock));
+        .unwrap()
+        .route("/login", "login", limiter::<IpAddr>(Limit::per_minute(5), &clock))
+        .unwrap();
     let addr = serve(app().layer(layer)).await;
     let client = client();
 
@@ -107,7 +109,8 @@ async fn a_burst_gets_the_limit_then_429s_with_exact_headers_and_routes_keep_sep
 async fn a_spoofed_forwarded_for_beyond_the_trusted_hop_does_not_change_the_key() {
     let clock = ManualClock::new();
     let layer =
-        RateLimitLayer::new("proxied", limiter::<IpAddr>(Limit::per_minute(3), &clock), ForwardedFor::new(1));
+        RateLimitLayer::new("proxied", limiter::<IpAddr>(Limit::per_minute(3), &clock), ForwardedFor::new(1))
+            .unwrap();
     let addr = serve(app().layer(layer)).await;
     let client = client();
     // The trusted proxy appended 203.0.113.9; the client made up the hops before it.
@@ -141,8 +144,9 @@ async fn a_request_without_a_key_is_a_500_or_takes_the_fallback_budget() {
     let strict = RateLimitLayer::new(
         "keys",
         limiter::<HeaderValue>(Limit::per_minute(2), &clock),
-        HeaderKey::new("x-api-key"),
-    );
+        HeaderKey::new("x-api-key").unwrap(),
+    )
+    .unwrap();
     let addr = serve(app().layer(strict)).await;
     let client = client();
     assert_eq!(get_with(&client, addr, "/hello", &[]).await.0, StatusCode::INTERNAL_SERVER_ERROR);
@@ -158,8 +162,9 @@ async fn a_request_without_a_key_is_a_500_or_takes_the_fallback_budget() {
     let lenient = RateLimitLayer::new(
         "keys",
         limiter::<HeaderValue>(Limit::per_minute(2), &clock),
-        HeaderKey::new("x-api-key"),
+        HeaderKey::new("x-api-key").unwrap(),
     )
+    .unwrap()
     .fallback_key(HeaderValue::from_static("anonymous"))
     .headers_on_success(false);
     let addr = serve(app().layer(lenient)).await;
@@ -175,15 +180,20 @@ async fn a_request_without_a_key_is_a_500_or_takes_the_fallback_budget() {
 #[tokio::test]
 async fn cost_comes_from_the_request_and_a_full_table_is_a_503() {
     let clock = ManualClock::new();
-    let limiter =
-        Limiter::<IpAddr>::builder().limit(Limit::per_minute(10)).clock(clock.clone()).build().unwrap();
-    let layer = RateLimitLayer::new("weighted", limiter, PeerIp).cost(|req: &Request<axum::body::Body>| {
-        if req.uri().path() == "/login" {
-            4
-        } else {
-            1
-        }
-    });
+    let limiter = Limiter::<IpAddr>::builder()
+        .limit(Limit::per_minute(10))
+        .max_keys(10)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let layer =
+        RateLimitLayer::new("weighted", limiter, PeerIp).unwrap().cost(|req: &Request<axum::body::Body>| {
+            if req.uri().path() == "/login" {
+                4
+            } else {
+                1
+            }
+        });
     let addr = serve(app().layer(layer)).await;
     let client = client();
     let (_, headers) = get_with(&client, addr, "/login", &[]).await;
@@ -202,11 +212,210 @@ async fn cost_comes_from_the_request_and_a_full_table_is_a_503() {
         .clock(clock)
         .build()
         .unwrap();
-    let layer = RateLimitLayer::new("full", full, HeaderKey::new("x-api-key"));
+    let layer = RateLimitLayer::new("full", full, HeaderKey::new("x-api-key").unwrap()).unwrap();
     let addr = serve(app().layer(layer)).await;
     assert_eq!(get_with(&client, addr, "/hello", &[("x-api-key", "a")]).await.0, StatusCode::OK);
     assert_eq!(
         get_with(&client, addr, "/hello", &[("x-api-key", "b")]).await.0,
         StatusCode::SERVICE_UNAVAILABLE
     );
+}
+
+/// Sends `GET target` as written (no client normalises it) and returns the status code and
+/// the body.
+async fn raw_get(addr: SocketAddr, target: &str, headers: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!("GET {target} HTTP/1.1\r\nhost: test\r\n{headers}connection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    let status = response.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let body = response.split("\r\n\r\n").nth(1).unwrap_or_default().to_owned();
+    (status, body)
+}
+
+/// An upstream that routes every path (as one that normalises would route the spellings
+/// below to `/login`), counting the requests that reach it.
+fn counting_upstream() -> (Router, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let reached = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = std::sync::Arc::clone(&reached);
+    let app = Router::new().fallback(move || {
+        counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        async { "reached" }
+    });
+    (app, reached)
+}
+
+#[tokio::test]
+async fn no_spelling_of_a_limited_path_escapes_its_limit() {
+    let clock = ManualClock::new();
+    let layer = RateLimitLayer::new("default", limiter::<IpAddr>(Limit::per_minute(1000), &clock), PeerIp)
+        .unwrap()
+        .route("/login", "login", limiter::<IpAddr>(Limit::per_minute(1), &clock))
+        .unwrap();
+    let (app, reached) = counting_upstream();
+    let addr = serve(app.layer(layer)).await;
+    assert_eq!(raw_get(addr, "/login", "").await.0, 200);
+    let spellings = [
+        "//login",
+        "/./login",
+        "/%6Cogin",
+        "/%6cogin",
+        "/api/../login",
+        "/LOGIN/../login",
+        "/login;jsessionid=1",
+        "/x/..;/login",
+        "/%2e%2e/login",
+        "///login/",
+        "/login/.",
+    ];
+    for spelling in spellings {
+        assert_eq!(raw_get(addr, spelling, "").await.0, 429, "{spelling} is /login, already used");
+    }
+    // No single normal form: refused whatever the route.
+    for unsafe_path in ["/%2Flogin", "/%2flogin", "/%5Clogin", "/%256Cogin", "/%zzlogin", "/%00login"] {
+        assert_eq!(raw_get(addr, unsafe_path, "").await.0, 400, "{unsafe_path}");
+    }
+    assert_eq!(
+        reached.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "only the first /login reached the upstream"
+    );
+    // Other paths keep the default budget.
+    assert_eq!(raw_get(addr, "/loginx", "").await.0, 200);
+    assert_eq!(raw_get(addr, "/LOGIN", "").await.0, 200, "case-sensitive by default");
+
+    let layer = RateLimitLayer::new("default", limiter::<IpAddr>(Limit::per_minute(1000), &clock), PeerIp)
+        .unwrap()
+        .ignore_case(true)
+        .route("/Login", "login", limiter::<IpAddr>(Limit::per_minute(1), &clock))
+        .unwrap();
+    let (app, _) = counting_upstream();
+    let addr = serve(app.layer(layer)).await;
+    assert_eq!(raw_get(addr, "/login", "").await.0, 200);
+    for spelling in ["/LOGIN", "/LoGiN/", "/%4Cogin"] {
+        assert_eq!(raw_get(addr, spelling, "").await.0, 429, "{spelling} with ignore_case");
+    }
+}
+
+#[tokio::test]
+async fn headers_come_from_the_policy_version_that_decided() {
+    use slidegate::{Carry, PolicyConfig};
+    let clock = ManualClock::new();
+    let limiter = Limiter::<HeaderValue>::builder()
+        .policy("free", PolicyConfig::new([Limit::per_second(10)]))
+        .policy("paid", PolicyConfig::new([Limit::per_second(100), Limit::per_minute(3000)]))
+        .max_keys(100)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let limiter = std::sync::Arc::new(limiter);
+    limiter.set_policy(&HeaderValue::from_static("gold-key"), "paid").unwrap();
+    let layer =
+        RateLimitLayer::new("api", std::sync::Arc::clone(&limiter), HeaderKey::new("x-api-key").unwrap())
+            .unwrap();
+    let addr = serve(app().layer(layer)).await;
+    let client = client();
+
+    let (_, headers) = get_with(&client, addr, "/hello", &[("x-api-key", "someone")]).await;
+    assert_eq!(header(&headers, "ratelimit-policy"), Some("\"api.free\";q=10;w=1"));
+    assert_eq!(header(&headers, "ratelimit"), Some("\"api.free\";r=9"));
+    let (_, headers) = get_with(&client, addr, "/hello", &[("x-api-key", "gold-key")]).await;
+    assert_eq!(
+        header(&headers, "ratelimit-policy"),
+        Some("\"api.paid.0\";q=100;w=1, \"api.paid.1\";q=3000;w=60")
+    );
+    assert_eq!(header(&headers, "ratelimit"), Some("\"api.paid.0\";r=99"));
+
+    // A runtime update is advertised from the next request on.
+    limiter.update_policy("free", PolicyConfig::new([Limit::per_second(20)]), Carry::default()).unwrap();
+    let (_, headers) = get_with(&client, addr, "/hello", &[("x-api-key", "someone")]).await;
+    assert_eq!(header(&headers, "ratelimit-policy"), Some("\"api.free\";q=20;w=1"));
+    assert_eq!(header(&headers, "ratelimit"), Some("\"api.free\";r=18"));
+
+    // A window that is not whole seconds is advertised by its quota alone.
+    let fast = Limiter::<IpAddr>::builder()
+        .limit(Limit::new(10, std::time::Duration::from_millis(100)))
+        .max_keys(10)
+        .clock(clock)
+        .build()
+        .unwrap();
+    let addr = serve(app().layer(RateLimitLayer::new("fast", fast, PeerIp).unwrap())).await;
+    let (_, headers) = get_with(&client, addr, "/hello", &[]).await;
+    assert_eq!(header(&headers, "ratelimit-policy"), Some("\"fast\";q=10"));
+}
+
+#[tokio::test]
+async fn refusals_can_be_shaped_and_a_cost_that_never_fits_is_a_413() {
+    use slidegate::tower::{Refusal, RefusalKind};
+    let clock = ManualClock::new();
+    let layer = RateLimitLayer::new("api", limiter::<IpAddr>(Limit::per_minute(2), &clock), PeerIp)
+        .unwrap()
+        .cost(|req: &Request<axum::body::Body>| if req.uri().path() == "/login" { 5 } else { 1 })
+        .problem_json();
+    let addr = serve(app().layer(layer)).await;
+    let (status, body) = raw_get(addr, "/login", "").await;
+    assert_eq!(status, 413, "a cost of 5 never fits 2/min");
+    assert!(body.contains("\"status\":413") && !body.contains("retry_after"), "{body}");
+    for _ in 0..2 {
+        assert_eq!(raw_get(addr, "/hello", "").await.0, 200);
+    }
+    let client = client();
+    let req = Request::get(format!("http://{addr}/hello")).body(Empty::new()).unwrap();
+    let response = client.request(req).await.unwrap();
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(response.headers(), "content-type"), Some("application/problem+json"));
+    assert_eq!(header(response.headers(), "retry-after"), Some("61"));
+    let body = http_body_util::BodyExt::collect(response.into_body()).await.unwrap().to_bytes();
+    let problem: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(problem["status"], 429);
+    assert_eq!(problem["title"], "Too Many Requests");
+    assert_eq!(problem["retry_after"], 61);
+
+    // A handler of the caller's own: a missing key is the client's fault here.
+    let layer = RateLimitLayer::new(
+        "keys",
+        limiter::<HeaderValue>(Limit::per_minute(2), &clock),
+        HeaderKey::new("x-api-key").unwrap(),
+    )
+    .unwrap()
+    .on_refusal(|refusal: &Refusal| {
+        let mut response = refusal.response(axum::body::Body::from(format!("no: {}", refusal.detail())));
+        if refusal.kind() == RefusalKind::MissingKey {
+            *response.status_mut() = StatusCode::UNAUTHORIZED;
+        }
+        response
+    });
+    let addr = serve(app().layer(layer)).await;
+    let (status, body) = raw_get(addr, "/hello", "").await;
+    assert_eq!((status, body.as_str()), (401, "no: the request carries no rate-limiting key"));
+    let (status, body) = raw_get(addr, "/%2F", "x-api-key: k\r\n").await;
+    assert_eq!(status, 400);
+    assert!(body.starts_with("no: the request path has no single normal form"), "{body}");
+}
+
+#[test]
+fn a_layer_is_checked_when_it_is_built() {
+    use slidegate::tower::LayerError;
+    let bounded = || Limiter::<IpAddr>::builder().limit(Limit::per_second(1)).max_keys(10).build().unwrap();
+    let unbounded = Limiter::<IpAddr>::builder().limit(Limit::per_second(1)).build().unwrap();
+    let err = RateLimitLayer::new("api", unbounded, PeerIp).unwrap_err();
+    assert!(matches!(err, LayerError::UnboundedKeys { .. }));
+    assert!(err.to_string().contains("max_keys"), "{err}");
+    assert!(matches!(
+        RateLimitLayer::new("apí", bounded(), PeerIp).unwrap_err(),
+        LayerError::InvalidName { .. }
+    ));
+    assert!(matches!(
+        RateLimitLayer::new("", bounded(), PeerIp).unwrap_err(),
+        LayerError::InvalidName { .. }
+    ));
+    let layer = RateLimitLayer::new("api", bounded(), PeerIp).unwrap();
+    assert!(matches!(
+        layer.clone().route("/%2Fx", "x", bounded()).unwrap_err(),
+        LayerError::InvalidRoute { .. }
+    ));
+    assert!(matches!(layer.route("/x", "x\n", bounded()).unwrap_err(), LayerError::InvalidName { .. }));
+    assert!(matches!(HeaderKey::new("x api key").unwrap_err(), LayerError::InvalidHeaderName { .. }));
 }

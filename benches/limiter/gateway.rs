@@ -18,7 +18,7 @@ pub const CLIENTS: u32 = 1000;
 
 /// A limiter that never refuses during a benchmark (the admitting path is measured).
 pub fn open_limiter<K: std::hash::Hash + Eq + Clone + Send + Sync + 'static>() -> Limiter<K> {
-    match Limiter::builder().limit(Limit::per_second(4_000_000_000)).build() {
+    match Limiter::builder().limit(Limit::per_second(4_000_000_000)).max_keys(1 << 20).build() {
         Ok(limiter) => limiter,
         Err(e) => unreachable!("a valid limit: {e}"),
     }
@@ -31,7 +31,9 @@ pub fn hello() -> impl Service<Request<()>, Response = Response<String>, Error =
 
 /// The hello-world service behind the layer, keyed by peer IP.
 pub fn limited() -> impl Service<Request<()>, Response = Response<String>, Error = Infallible> + Clone {
-    RateLimitLayer::new("bench", open_limiter::<IpAddr>(), PeerIp).layer(hello())
+    RateLimitLayer::new("bench", open_limiter::<IpAddr>(), PeerIp)
+        .unwrap_or_else(|e| unreachable!("a bounded limiter: {e}"))
+        .layer(hello())
 }
 
 /// `n` requests through `service`, from `CLIENTS` addresses in turn; the time taken.
