@@ -57,9 +57,13 @@ async fn start_upstream() -> std::io::Result<SocketAddr> {
 /// come from clients (addresses, a header), so each limiter holds at most `MAX_KEYS`.
 fn gateway(upstream: Upstream) -> Result<Router, Box<dyn std::error::Error>> {
     const MAX_KEYS: usize = 1_000_000;
-    let per_ip =
-        Limiter::<IpAddr>::builder().name("per-ip").limit(Limit::per_second(100)).max_keys(MAX_KEYS).build()?;
-    let login = Limiter::<IpAddr>::builder().name("login").limit(Limit::per_minute(5)).max_keys(MAX_KEYS).build()?;
+    let per_ip = Limiter::<IpAddr>::builder()
+        .name("per-ip")
+        .limit(Limit::per_second(100))
+        .max_keys(MAX_KEYS)
+        .build()?;
+    let login =
+        Limiter::<IpAddr>::builder().name("login").limit(Limit::per_minute(5)).max_keys(MAX_KEYS).build()?;
     let per_key = Limiter::<HeaderValue>::builder()
         .name("api-key")
         .limit(Limit::per_second(10))

@@ -69,7 +69,10 @@ use tower_service::Service;
 use crate::layout::Policy as LimiterPolicy;
 use crate::{Decision, Denial, Limit, Limiter};
 
+mod client_ip;
 mod path;
+
+pub use client_ip::ForwardedFor;
 
 /// The `RateLimit-Policy` field name.
 pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
@@ -98,7 +101,9 @@ pub trait KeyExtractor<B>: Clone + Send + Sync + 'static {
 
 /// The peer's IP address: from a `SocketAddr` in the request's extensions (insert one per
 /// connection in a hyper server), or, with feature `axum`, from axum's
-/// `ConnectInfo<SocketAddr>` (`into_make_service_with_connect_info::<SocketAddr>()`).
+/// `ConnectInfo<SocketAddr>` (`into_make_service_with_connect_info::<SocketAddr>()`). An
+/// IPv6 peer is keyed by its /64, as [`ForwardedFor`] does (`ForwardedFor::new(0)` is the
+/// peer address with a prefix of your choice).
 ///
 /// ```
 /// use std::net::SocketAddr;
@@ -129,58 +134,7 @@ impl<B> KeyExtractor<B> for PeerIp {
     type Key = IpAddr;
 
     fn extract(&self, req: &Request<B>) -> Option<IpAddr> {
-        PeerIp::of(req)
-    }
-}
-
-/// The client's IP address behind `trusted` reverse proxies: each proxy appends the
-/// address it received the request from to `X-Forwarded-For`, so the client is the
-/// `trusted`-th entry from the right; entries further left were written by the client and
-/// are ignored, so spoofing them does not change the key. With fewer entries than
-/// `trusted` (or none, or `trusted == 0`), the request did not come through the proxies and
-/// the peer address ([`PeerIp`]) is the key. Only sound if clients cannot reach the server
-/// except through those proxies.
-///
-/// ```
-/// use http::Request;
-/// use slidegate::tower::{ForwardedFor, KeyExtractor};
-///
-/// // client -> proxy -> us: the proxy appended the client's address.
-/// let req = Request::builder().header("x-forwarded-for", "6.6.6.6, 203.0.113.9").body(()).unwrap();
-/// assert_eq!(ForwardedFor::new(1).extract(&req), Some("203.0.113.9".parse().unwrap()));
-/// ```
-#[derive(Debug, Clone, Copy)]
-pub struct ForwardedFor {
-    trusted: usize,
-}
-
-impl ForwardedFor {
-    /// Keys by the address `trusted` hops back in `X-Forwarded-For`.
-    pub fn new(trusted: usize) -> ForwardedFor {
-        ForwardedFor { trusted }
-    }
-}
-
-impl<B> KeyExtractor<B> for ForwardedFor {
-    type Key = IpAddr;
-
-    fn extract(&self, req: &Request<B>) -> Option<IpAddr> {
-        if self.trusted > 0 {
-            // Several header lines form one list, in order.
-            let hops = req
-                .headers()
-                .get_all("x-forwarded-for")
-                .iter()
-                .filter_map(|v| v.to_str().ok())
-                .flat_map(|v| v.split(','))
-                .map(str::trim)
-                .collect::<Vec<_>>();
-            if let Some(hop) = hops.len().checked_sub(self.trusted).and_then(|i| hops.get(i)) {
-                // A malformed hop appended by a trusted proxy is no key at all.
-                return hop.parse().ok();
-            }
-        }
-        PeerIp::of(req)
+        PeerIp::of(req).map(|ip| client_ip::masked(ip, 64))
     }
 }
 
@@ -341,6 +295,11 @@ pub enum LayerError {
         /// The name.
         name: String,
     },
+    /// A trusted network that is neither a CIDR nor an address ([`ForwardedFor::trusting`]).
+    InvalidNetwork {
+        /// The entry.
+        network: String,
+    },
     /// A route prefix without a single normal form (see [`RateLimitLayer::route`]).
     InvalidRoute {
         /// The prefix.
@@ -362,6 +321,9 @@ impl fmt::Display for LayerError {
                 write!(f, "name {name:?} cannot appear in RateLimit fields: use printable ASCII")
             }
             LayerError::InvalidHeaderName { name } => write!(f, "{name:?} is not a valid header name"),
+            LayerError::InvalidNetwork { network } => {
+                write!(f, "{network:?} is neither a network (10.0.0.0/8) nor an address")
+            }
             LayerError::InvalidRoute { prefix, reason } => write!(f, "route prefix {prefix:?}: {reason}"),
         }
     }

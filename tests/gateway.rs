@@ -419,3 +419,61 @@ fn a_layer_is_checked_when_it_is_built() {
     assert!(matches!(layer.route("/x", "x\n", bounded()).unwrap_err(), LayerError::InvalidName { .. }));
     assert!(matches!(HeaderKey::new("x api key").unwrap_err(), LayerError::InvalidHeaderName { .. }));
 }
+
+#[tokio::test]
+async fn clients_behind_trusted_proxies_are_found_whatever_they_spoof() {
+    let clock = ManualClock::new();
+    // 1 request per minute per client: a 200 means a fresh budget (a new key).
+    let serve_with = |key: ForwardedFor| {
+        let layer = RateLimitLayer::new("p", limiter::<IpAddr>(Limit::per_minute(1), &clock), key).unwrap();
+        serve(app().layer(layer))
+    };
+    let status = |addr, headers: &'static str| async move { raw_get(addr, "/hello", headers).await.0 };
+
+    // One trusted hop: ports, bracketed IPv6 and spoofed entries to the left.
+    let addr = serve_with(ForwardedFor::new(1)).await;
+    assert_eq!(status(addr, "x-forwarded-for: 203.0.113.9:4711\r\n").await, 200);
+    assert_eq!(status(addr, "x-forwarded-for: 203.0.113.9\r\n").await, 429, "the port is not the key");
+    assert_eq!(status(addr, "x-forwarded-for: 1.1.1.1, 203.0.113.9:1\r\n").await, 429, "spoofed hop");
+    assert_eq!(status(addr, "x-forwarded-for: [2001:db8::1]:443\r\n").await, 200);
+    assert_eq!(status(addr, "x-forwarded-for: 2001:db8::2\r\n").await, 429, "same /64");
+    assert_eq!(
+        status(addr, "x-forwarded-for: \"a, [2001:db8::ffff]\r\n").await,
+        429,
+        "an open quote swallows nothing"
+    );
+    // An obfuscated client is no key: a 500 (no fallback key here).
+    assert_eq!(status(addr, "x-forwarded-for: unknown\r\n").await, 500);
+
+    // RFC 7239 `Forwarded`, on two lines, with an obfuscated port.
+    let addr = serve_with(ForwardedFor::new(1).rfc7239()).await;
+    assert_eq!(status(addr, "forwarded: for=\"[2001:db8:cafe::17]:4711\";proto=https\r\n").await, 200);
+    assert_eq!(
+        status(addr, "forwarded: for=6.6.6.6\r\nforwarded: for=\"[2001:db8:cafe::99]:_p\"\r\n").await,
+        429
+    );
+    assert_eq!(status(addr, "forwarded: for=_hidden\r\n").await, 500);
+    assert_eq!(status(addr, "forwarded: for=198.51.100.1;by=10.0.0.1\r\n").await, 200);
+
+    // Trusted networks: the loopback peer is a trusted proxy, so is 10.0.0.0/8; the first
+    // untrusted address from the right is the client, whatever it put further left.
+    let addr = serve_with(ForwardedFor::trusting(["127.0.0.0/8", "10.0.0.0/8"]).unwrap()).await;
+    assert_eq!(status(addr, "x-forwarded-for: 9.9.9.9, 198.51.100.50, 10.0.0.7\r\n").await, 200);
+    for spoof in ["1.1.1.1", "2.2.2.2, 3.3.3.3", "10.9.9.9"] {
+        let headers = format!("x-forwarded-for: {spoof}, 198.51.100.50, 10.0.0.7\r\n");
+        let headers: &'static str = Box::leak(headers.into_boxed_str());
+        assert_eq!(status(addr, headers).await, 429, "{spoof}");
+    }
+    // All hops trusted: the leftmost is the client.
+    assert_eq!(status(addr, "x-forwarded-for: 10.1.1.1, 10.0.0.7\r\n").await, 200);
+    assert_eq!(status(addr, "x-forwarded-for: 10.1.1.1\r\n").await, 429);
+
+    // A peer outside the trusted networks is the client: its header is ignored.
+    let addr = serve_with(ForwardedFor::trusting(["10.0.0.0/8"]).unwrap()).await;
+    assert_eq!(status(addr, "x-forwarded-for: 198.51.100.60\r\n").await, 200);
+    assert_eq!(status(addr, "x-forwarded-for: 198.51.100.61\r\n").await, 429, "keyed by the peer");
+    assert!(matches!(
+        ForwardedFor::trusting(["10.0.0.0/33"]).unwrap_err(),
+        slidegate::tower::LayerError::InvalidNetwork { .. }
+    ));
+}
