@@ -827,7 +827,8 @@ impl Refusal {
             "{{\"type\":\"about:blank\",\"title\":\"{}\",\"status\":{},\"detail\":\"{}\"",
             status.canonical_reason().unwrap_or_default(),
             status.as_u16(),
-            self.detail
+            // A JSON string: the details are ASCII sentences, some quoting a backslash.
+            self.detail.replace('\\', "\\\\").replace('"', "\\\"")
         );
         if let Some(wait) = self.decision.and_then(|d| d.retry_after()) {
             json.push_str(&format!(",\"retry_after\":{}", whole_seconds(wait)));
@@ -992,7 +993,7 @@ impl Refusal {
     fn without_decision<K>(kind: RefusalKind, route: &Route<K>) -> Refusal {
         let detail = match kind {
             RefusalKind::MissingKey => "the request carries no rate-limiting key",
-            _ => "the request path has no single normal form (an encoded '/', '\\\\' or '%', a malformed escape, or a '\\\\')",
+            _ => "the request path has no single normal form (an encoded '/', '\\' or '%', a malformed escape, or a '\\')",
         };
         Refusal { kind, route: route.name.clone(), decision: None, headers: HeaderMap::new(), detail }
     }

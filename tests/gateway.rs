@@ -361,6 +361,11 @@ async fn refusals_can_be_shaped_and_a_cost_that_never_fits_is_a_413() {
     for _ in 0..2 {
         assert_eq!(raw_get(addr, "/hello", "").await.0, 200);
     }
+    let (status, body) = raw_get(addr, "/%2F", "").await;
+    assert_eq!(status, 400);
+    let problem: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(problem["status"], 400);
+    assert!(problem["detail"].as_str().unwrap().contains("'\\'"), "{body}");
     let client = client();
     let req = Request::get(format!("http://{addr}/hello")).body(Empty::new()).unwrap();
     let response = client.request(req).await.unwrap();

@@ -33,7 +33,8 @@ async fn a_key_spray_stops_growing_the_heap_at_max_keys() {
             .build()
             .unwrap(),
     );
-    let layer = RateLimitLayer::new("api", Arc::clone(&limiter), HeaderKey::new("x-api-key").unwrap()).unwrap();
+    let layer =
+        RateLimitLayer::new("api", Arc::clone(&limiter), HeaderKey::new("x-api-key").unwrap()).unwrap();
     let service = layer.layer(tower::service_fn(|_: Request<()>| async {
         Ok::<_, std::convert::Infallible>(Response::new(()))
     }));
