@@ -200,4 +200,18 @@ mod tests {
         assert!(!under(&norm("/loginx").unwrap(), "/login"));
         assert!(under(&norm("/static/x").unwrap(), "/static/"));
     }
+
+    proptest::proptest! {
+        /// Any path built from the characters that matter normalises without panicking, and
+        /// a normal form is its own normal form (so a route matches it as the upstream sees it).
+        #[test]
+        fn normalising_is_idempotent(path in "[/.;%2FfCc6aLl5eE0Aé\\\\]{0,24}", ignore_case: bool) {
+            if let Ok(normal) = normalize(&path, ignore_case) {
+                let again = normalize(&normal, ignore_case);
+                proptest::prop_assert_eq!(again.as_deref(), Ok(normal.as_ref()));
+                proptest::prop_assert!(normal.starts_with('/'));
+                proptest::prop_assert!(!normal.contains("//") && !normal.contains(';'));
+            }
+        }
+    }
 }
