@@ -1,10 +1,14 @@
 //! Real servers on loopback for the backend tests: a standalone Redis, a three-primary
 //! Redis Cluster and a memcached. `.ci/run` starts them and exports their addresses
 //! (`SLIDEGATE_REDIS_URL`, `SLIDEGATE_REDIS_CLUSTER`, `SLIDEGATE_MEMCACHED`); without
-//! those, a test starts its own from the binaries on the PATH. A test that needs a server
-//! it cannot get says so loudly and passes, unless `SLIDEGATE_REQUIRE_SERVERS` is set (CI),
-//! where it fails.
+//! those, a test starts its own from the binaries on the PATH.
+//!
+//! The backend test binaries run on `libtest-mimic` (`harness = false`), each test a
+//! [`trial`]: one whose server cannot be had is reported `ignored` with the reason (so the
+//! runner's summary line counts it, and `cargo test` stays green on a machine without the
+//! servers), unless `SLIDEGATE_REQUIRE_SERVERS` is set (CI), where it fails.
 
+use std::future::Future;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -12,12 +16,51 @@ use std::process::{Child, Command, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-/// Whether a missing server fails the test (CI) or skips it with a loud message.
-pub fn unavailable(what: &str, why: &str) {
-    let required = std::env::var_os("SLIDEGATE_REQUIRE_SERVERS").is_some();
-    let message = format!("{what} unavailable: {why}");
-    assert!(!required, "{message} (SLIDEGATE_REQUIRE_SERVERS is set)");
-    eprintln!("\n!!!!!!!! SKIPPED: {message}; install it (see .ci/run) to run this test !!!!!!!!\n");
+/// Why a server cannot be had.
+fn unavailable(what: &str, why: &str) -> String {
+    format!("{what} unavailable: {why}")
+}
+
+/// A test on a server: `server` gets it (or says why not), `body` runs on a fresh tokio
+/// runtime (current-thread for `worker_threads` 0, else multi-thread). Without the server
+/// the trial is ignored with the reason, or fails if `SLIDEGATE_REQUIRE_SERVERS` is set.
+pub fn trial<S, F>(
+    name: &str,
+    worker_threads: usize,
+    server: impl FnOnce() -> Result<S, String> + Send + 'static,
+    body: impl FnOnce(S) -> F + Send + 'static,
+) -> libtest_mimic::Trial
+where
+    F: Future<Output = ()>,
+{
+    libtest_mimic::Trial::ignorable_test(name, move || {
+        let server = match server() {
+            Ok(server) => server,
+            Err(why) if std::env::var_os("SLIDEGATE_REQUIRE_SERVERS").is_some() => {
+                return Err(format!("{why} (SLIDEGATE_REQUIRE_SERVERS is set)").into());
+            }
+            Err(why) => {
+                return Ok(libtest_mimic::Completion::ignored_with(format!(
+                    "{why}; install it, or run .ci/run"
+                )))
+            }
+        };
+        let mut runtime = if worker_threads == 0 {
+            tokio::runtime::Builder::new_current_thread()
+        } else {
+            let mut builder = tokio::runtime::Builder::new_multi_thread();
+            builder.worker_threads(worker_threads);
+            builder
+        };
+        let runtime = runtime.enable_all().build().map_err(|e| format!("tokio runtime: {e}"))?;
+        runtime.block_on(body(server));
+        Ok(libtest_mimic::Completion::Completed)
+    })
+}
+
+/// Runs the trials with the command line's arguments (filters, `--list`, ...).
+pub fn run(trials: Vec<libtest_mimic::Trial>) -> std::process::ExitCode {
+    libtest_mimic::run(&libtest_mimic::Arguments::from_args(), trials).exit_code()
 }
 
 /// A free port that a cluster node can use too: Redis Cluster also listens on port + 10000,
@@ -66,15 +109,14 @@ pub struct RedisServer {
 }
 
 impl RedisServer {
-    pub fn start(extra: &[&str]) -> Option<RedisServer> {
-        let Some(bin) = binary("redis-server") else {
-            unavailable("redis-server", "not found on PATH");
-            return None;
-        };
-        let port = free_port()?;
+    pub fn start(extra: &[&str]) -> Result<RedisServer, String> {
+        if binary("redis-server").is_none() {
+            return Err(unavailable("redis-server", "not found on PATH"));
+        }
+        let port = free_port().ok_or_else(|| unavailable("redis-server", "no free port"))?;
         let dir = std::env::temp_dir().join(format!("slidegate-redis-{}-{port}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).ok()?;
+        std::fs::create_dir_all(&dir).map_err(|e| unavailable("redis-server", &e.to_string()))?;
         let mut args: Vec<String> = vec![
             "--port".into(),
             port.to_string(),
@@ -91,12 +133,10 @@ impl RedisServer {
         ];
         args.extend(extra.iter().map(|s| (*s).to_owned()));
         let mut server = RedisServer { child: None, port, dir, args };
-        let _ = bin;
         if !server.launch() {
-            unavailable("redis-server", "it did not start");
-            return None;
+            return Err(unavailable("redis-server", "it did not start"));
         }
-        Some(server)
+        Ok(server)
     }
 
     fn launch(&mut self) -> bool {
@@ -149,9 +189,9 @@ pub enum Standalone {
 }
 
 impl Standalone {
-    pub fn get() -> Option<Standalone> {
+    pub fn get() -> Result<Standalone, String> {
         if let Ok(url) = std::env::var("SLIDEGATE_REDIS_URL") {
-            return Some(Standalone::Given(url));
+            return Ok(Standalone::Given(url));
         }
         RedisServer::start(&[]).map(Standalone::Own)
     }
@@ -171,16 +211,15 @@ pub enum Cluster {
 }
 
 impl Cluster {
-    pub fn get() -> Option<Cluster> {
+    pub fn get() -> Result<Cluster, String> {
         if let Ok(urls) = std::env::var("SLIDEGATE_REDIS_CLUSTER") {
-            return Some(Cluster::Given(urls.split(',').map(str::to_owned).collect()));
+            return Ok(Cluster::Given(urls.split(',').map(str::to_owned).collect()));
         }
         let nodes: Vec<RedisServer> = (0..3)
             .map(|_| RedisServer::start(&["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"]))
-            .collect::<Option<_>>()?;
+            .collect::<Result<_, _>>()?;
         let Some(cli) = binary("redis-cli") else {
-            unavailable("redis-cli", "not found on PATH (needed to create the cluster)");
-            return None;
+            return Err(unavailable("redis-cli", "not found on PATH (needed to create the cluster)"));
         };
         let addrs: Vec<String> = nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
         let created = Command::new(cli)
@@ -192,8 +231,7 @@ impl Cluster {
             .stderr(Stdio::null())
             .status();
         if !created.is_ok_and(|s| s.success()) {
-            unavailable("Redis Cluster", "redis-cli --cluster create failed");
-            return None;
+            return Err(unavailable("Redis Cluster", "redis-cli --cluster create failed"));
         }
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
@@ -201,12 +239,11 @@ impl Cluster {
                 redis_command(n.port, "CLUSTER INFO").is_some_and(|r| r.contains("cluster_state:ok"))
             });
             if ok {
-                return Some(Cluster::Own(nodes));
+                return Ok(Cluster::Own(nodes));
             }
             sleep(Duration::from_millis(50));
         }
-        unavailable("Redis Cluster", "the cluster did not reach cluster_state:ok");
-        None
+        Err(unavailable("Redis Cluster", "the cluster did not reach cluster_state:ok"))
     }
 
     pub fn urls(&self) -> Vec<String> {
@@ -224,35 +261,39 @@ pub struct Memcached {
 }
 
 impl Memcached {
-    pub fn get() -> Option<Memcached> {
+    pub fn get() -> Result<Memcached, String> {
         if let Ok(addr) = std::env::var("SLIDEGATE_MEMCACHED") {
-            return Some(Memcached { child: None, addr });
+            return Ok(Memcached { child: None, addr });
         }
         Memcached::start()
     }
 
     /// A memcached of this test's own (to stop).
-    pub fn start() -> Option<Memcached> {
+    pub fn start() -> Result<Memcached, String> {
         let Some(bin) = binary("memcached") else {
-            unavailable("memcached", "not found on PATH");
-            return None;
+            return Err(unavailable("memcached", "not found on PATH"));
         };
-        let port = free_port()?;
+        let port = free_port().ok_or_else(|| unavailable("memcached", "no free port"))?;
         let mut command = Command::new(bin);
         command.args(["-l", "127.0.0.1", "-p", &port.to_string(), "-U", "0"]);
         // memcached refuses to run as root without -u.
         command.args(["-u", "root"]);
-        let child = command.stdout(Stdio::null()).stderr(Stdio::null()).spawn().ok()?;
+        let child = command
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| unavailable("memcached", &e.to_string()))?;
         let addr = format!("127.0.0.1:{port}");
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
             if TcpStream::connect(&addr).is_ok() {
-                return Some(Memcached { child: Some(child), addr });
+                return Ok(Memcached { child: Some(child), addr });
             }
             sleep(Duration::from_millis(20));
         }
-        unavailable("memcached", "it did not start");
-        None
+        // Dropping it kills it.
+        drop(Memcached { child: Some(child), addr });
+        Err(unavailable("memcached", "it did not start"))
     }
 }
 
