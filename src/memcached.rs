@@ -2,7 +2,9 @@
 //! it: per key and limit, one counter per window-long bucket; a check reads the current and
 //! the previous bucket with one multi-get, estimates `previous × (1 − f) + current` (`f`
 //! the part of the current bucket elapsed), and if the request fits, `incr`s the current
-//! bucket (creating it with `add` when missing), with a TTL of two buckets.
+//! bucket (creating it with `add` when missing), with a TTL of two buckets (none for
+//! windows over 15 days: memcached reads an expiry over 30 days as a date, so such counters
+//! stay until memcached's LRU evicts them).
 //!
 //! This is the sliding window with one slot per window (the in-process default for 1 s
 //! windows, and `Limit::precision(window)` otherwise): the same decisions, sequentially.
@@ -534,6 +536,19 @@ async fn get_multi(conn: &mut Conn, keys: &[&str]) -> std::io::Result<Vec<(Strin
     }
 }
 
+/// memcached's longest relative expiry (30 days): it reads a larger one as a Unix time.
+const MAX_RELATIVE_TTL: u64 = 60 * 60 * 24 * 30;
+
+/// The expiry to give a counter living `ttl_ms`: whole seconds, at least 1; 0 (no expiry,
+/// memcached's LRU reclaims it) past [`MAX_RELATIVE_TTL`], where memcached would read it as
+/// a date in 1970 and expire the counter at once.
+fn ttl_seconds(ttl_ms: u64) -> u64 {
+    match ttl_ms.div_ceil(1000).max(1) {
+        ttl if ttl > MAX_RELATIVE_TTL => 0,
+        ttl => ttl,
+    }
+}
+
 /// One reply line; the connection closing first is an error.
 async fn read_line(conn: &mut Conn) -> std::io::Result<String> {
     let mut line = String::new();
@@ -557,7 +572,7 @@ async fn incr(conn: &mut Conn, key: &str, cost: u64, ttl_ms: u64) -> std::io::Re
             return Err(std::io::Error::other(format!("memcached: unexpected reply {line:?}")));
         }
         // Add-if-missing; a racing add that wins is fine: the incr retries on its counter.
-        let ttl = ttl_ms.div_ceil(1000).max(1);
+        let ttl = ttl_seconds(ttl_ms);
         conn.io.get_mut().write_all(format!("add {key} 0 {ttl} 1\r\n0\r\n").as_bytes()).await?;
         let line = read_line(conn).await?;
         if !(line.starts_with("STORED") || line.starts_with("NOT_STORED")) {
@@ -612,6 +627,15 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn expiries_over_30_days_are_not_dates() {
+        assert_eq!(ttl_seconds(0), 1);
+        assert_eq!(ttl_seconds(1_500), 2);
+        assert_eq!(ttl_seconds(MAX_RELATIVE_TTL * 1000), MAX_RELATIVE_TTL);
+        assert_eq!(ttl_seconds(MAX_RELATIVE_TTL * 1000 + 1), 0);
+        assert_eq!(ttl_seconds(u64::MAX), 0);
     }
 
     #[test]

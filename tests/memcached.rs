@@ -60,6 +60,12 @@ fn main() -> std::process::ExitCode {
             a_vanished_memcached_is_answered_by_the_fallback,
         ),
         trial(
+            "counters_of_windows_over_15_days_are_kept",
+            0,
+            Memcached::get,
+            counters_of_windows_over_15_days_are_kept,
+        ),
+        trial(
             "throughput_64_in_flight_over_1000_keys",
             2,
             Memcached::get,
@@ -352,4 +358,22 @@ async fn throughput_64_in_flight_over_1000_keys(server: Memcached) {
         "memcached throughput: {checks} checks, {IN_FLIGHT} in flight over 1000 keys, in {seconds:.3} s: {:.0} checks/s",
         checks as f64 / seconds
     );
+}
+
+/// memcached reads an expiry over 30 days as a Unix time: a counter's TTL (two windows) must
+/// not become a date in 1970, which would expire the counter at once and admit everything.
+async fn counters_of_windows_over_15_days_are_kept(server: Memcached) {
+    for days in [14, 16, 365] {
+        let limiter = MemcachedLimiter::<u64>::builder()
+            .addr(&server.addr)
+            .limit(Limit::new(1, Duration::from_secs(days * 86_400)))
+            .prefix(&prefix(&format!("long{days}")))
+            .timeout(Duration::from_secs(2))
+            .build()
+            .unwrap();
+        let d = limiter.check(&1).await;
+        assert_eq!((d.decided_by(), d.is_allowed()), (DecidedBy::Server, true), "{days} days");
+        let d = limiter.check(&1).await;
+        assert_eq!((d.decided_by(), d.is_allowed()), (DecidedBy::Server, false), "{days} days");
+    }
 }

@@ -87,15 +87,22 @@ pub fn redis_command(port: u16, command: &str) -> Option<String> {
     Some(String::from_utf8_lossy(&buf[..n]).into_owned())
 }
 
-fn wait_for(port: u16, what: &str) -> bool {
+/// Waits until the redis-server `child` answers on `port`. Another test's server may have
+/// taken the port between `free_port` and the start (then `child` exits): only an answer
+/// naming `child`'s process id counts.
+fn wait_for(port: u16, child: &mut Child) -> bool {
     let deadline = Instant::now() + Duration::from_secs(10);
+    let ours = format!("process_id:{}\r", child.id());
     while Instant::now() < deadline {
-        if redis_command(port, "PING").is_some_and(|r| r.starts_with("+PONG")) {
+        if redis_command(port, "INFO server").is_some_and(|r| r.contains(&ours)) {
             return true;
+        }
+        if !matches!(child.try_wait(), Ok(None)) {
+            return false;
         }
         sleep(Duration::from_millis(20));
     }
-    eprintln!("{what} on port {port} did not answer PING");
+    eprintln!("redis-server on port {port} did not answer");
     false
 }
 
@@ -113,6 +120,18 @@ impl RedisServer {
         if binary("redis-server").is_none() {
             return Err(unavailable("redis-server", "not found on PATH"));
         }
+        // A port another test's server took first: try another.
+        let mut last = unavailable("redis-server", "it did not start");
+        for _ in 0..3 {
+            match RedisServer::start_on_a_free_port(extra) {
+                Ok(server) => return Ok(server),
+                Err(why) => last = why,
+            }
+        }
+        Err(last)
+    }
+
+    fn start_on_a_free_port(extra: &[&str]) -> Result<RedisServer, String> {
         let port = free_port().ok_or_else(|| unavailable("redis-server", "no free port"))?;
         let dir = std::env::temp_dir().join(format!("slidegate-redis-{}-{port}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -142,11 +161,10 @@ impl RedisServer {
     fn launch(&mut self) -> bool {
         let Some(bin) = binary("redis-server") else { return false };
         let child = Command::new(bin).args(&self.args).stdout(Stdio::null()).stderr(Stdio::null()).spawn();
-        match child {
-            Ok(child) => self.child = Some(child),
-            Err(_) => return false,
-        }
-        wait_for(self.port, "redis-server")
+        let Ok(mut child) = child else { return false };
+        let up = wait_for(self.port, &mut child);
+        self.child = Some(child);
+        up
     }
 
     pub fn url(&self) -> String {
@@ -273,21 +291,38 @@ impl Memcached {
         let Some(bin) = binary("memcached") else {
             return Err(unavailable("memcached", "not found on PATH"));
         };
+        // A port another test's server took first: try another.
+        let mut last = unavailable("memcached", "it did not start");
+        for _ in 0..3 {
+            match Memcached::start_on_a_free_port(&bin) {
+                Ok(server) => return Ok(server),
+                Err(why) => last = why,
+            }
+        }
+        Err(last)
+    }
+
+    fn start_on_a_free_port(bin: &std::path::Path) -> Result<Memcached, String> {
         let port = free_port().ok_or_else(|| unavailable("memcached", "no free port"))?;
         let mut command = Command::new(bin);
         command.args(["-l", "127.0.0.1", "-p", &port.to_string(), "-U", "0"]);
         // memcached refuses to run as root without -u.
         command.args(["-u", "root"]);
-        let child = command
+        let mut child = command
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .map_err(|e| unavailable("memcached", &e.to_string()))?;
         let addr = format!("127.0.0.1:{port}");
+        // Only an answer naming our child's process id counts (see `wait_for`).
+        let ours = format!("STAT pid {}\r", child.id());
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
-            if TcpStream::connect(&addr).is_ok() {
+            if memcached_stats(&addr).is_some_and(|r| r.contains(&ours)) {
                 return Ok(Memcached { child: Some(child), addr });
+            }
+            if !matches!(child.try_wait(), Ok(None)) {
+                break;
             }
             sleep(Duration::from_millis(20));
         }
@@ -295,6 +330,16 @@ impl Memcached {
         drop(Memcached { child: Some(child), addr });
         Err(unavailable("memcached", "it did not start"))
     }
+}
+
+/// The first reply to `stats` (its first lines hold `STAT pid`).
+fn memcached_stats(addr: &str) -> Option<String> {
+    let mut stream = TcpStream::connect(addr).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    stream.write_all(b"stats\r\n").ok()?;
+    let mut buf = [0u8; 4096];
+    let n = stream.read(&mut buf).ok()?;
+    Some(String::from_utf8_lossy(buf.get(..n)?).into_owned())
 }
 
 impl Drop for Memcached {
