@@ -151,6 +151,14 @@ pub enum ConfigError {
         /// What is wrong with its limits.
         error: Box<ConfigError>,
     },
+    /// A setting of a backend beyond one process (feature `memcached`: its key prefix, its
+    /// pool size) that the backend cannot use.
+    InvalidBackendSetting {
+        /// The setting, as the builder's method names it (`"prefix"`, `"pool_size"`).
+        setting: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -228,6 +236,7 @@ impl fmt::Display for ConfigError {
             ConfigError::UnknownPolicy { name } => write!(f, "no policy named {name:?}"),
             ConfigError::DuplicatePolicy { name } => write!(f, "two policies are named {name:?}"),
             ConfigError::InPolicy { name, error } => write!(f, "policy {name:?}: {error}"),
+            ConfigError::InvalidBackendSetting { setting, reason } => write!(f, "{setting}: {reason}"),
         }
     }
 }

@@ -2,7 +2,9 @@
 //! it: per key and limit, one counter per window-long bucket; a check reads the current and
 //! the previous bucket with one multi-get, estimates `previous × (1 − f) + current` (`f`
 //! the part of the current bucket elapsed), and if the request fits, `incr`s the current
-//! bucket (creating it with `add` when missing), with a TTL of two buckets.
+//! bucket (creating it with `add` when missing), with a TTL of two buckets (none for
+//! windows over 15 days: memcached reads an expiry over 30 days as a date, so such counters
+//! stay until memcached's LRU evicts them).
 //!
 //! This is the sliding window with one slot per window (the in-process default for 1 s
 //! windows, and `Limit::precision(window)` otherwise): the same decisions, sequentially.
@@ -14,28 +16,102 @@
 //! is rolled back). Time is the caller's (memcached has no clock to lend). The fallback
 //! when memcached fails or times out is the Redis backend's [`Fallback`].
 //!
+//! # Connections
+//!
+//! Checks run on a pool of at most [`pool_size`](MemcachedLimiterBuilder::pool_size)
+//! connections (default [`DEFAULT_POOL_SIZE`], 8), opened on demand by the checks that
+//! need them (none by `build`), so concurrent checks are not serialised on one connection.
+//! A check that finds every connection busy waits for one, within its
+//! [`timeout`](MemcachedLimiterBuilder::timeout): the wait counts, and a check that waited
+//! too long is answered by the fallback like any other. A connection whose exchange failed
+//! or was cut short by the timeout is never reused (its replies could be out of step): it
+//! is closed, and a later check opens a new one.
+//!
+//! # Keys
+//!
+//! The counter of key `k`, limit `i` (its place among the builder's limits) and bucket `n`
+//! (milliseconds since the epoch divided by the window) is named
+//! `{prefix}:{k'}:{i}:{n}`, where `k'` is `k`'s [`Display`](fmt::Display) text with every
+//! byte that memcached refuses in a key (space, control characters), every non-ASCII byte
+//! and the three bytes `%`, `:` and `#` written as `%XX` (upper-case hex). That mapping is
+//! injective: `k'` holds no `:`, so the last three `:` split a name back into prefix, key,
+//! limit and bucket, and percent-escaping is undone byte for byte. Keys whose texts differ
+//! (`"a b"` and `"a_b"`, `"a:0"` and `"a%3A0"`) never share a counter, and neither do the
+//! limiters of two different prefixes. (Keys are told apart by their `Display` text: a key
+//! type whose different values print alike shares their budget.)
+//!
+//! memcached keys are at most 250 bytes. A key whose escaped text does not fit is named by
+//! its SHA-256 instead: `{prefix}:#{64 hex digits}:{i}:{n}`. No escaped key starts with
+//! `#`, so such names never meet an escaped one, and two long keys share a counter only if
+//! their texts collide under SHA-256. Every key is accepted and no check fails for its key.
+//!
+//! The prefix (default `"slidegate"`) is used as given; `build` refuses one longer than
+//! [`MAX_PREFIX_BYTES`] or with a space or a control character
+//! ([`ConfigError::InvalidBackendSetting`]). Counters written by a version before this
+//! layout (prefix and key joined with no `:`, blanks replaced by `_`) are not read: on an
+//! upgrade each key starts a fresh window.
+//!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! use slidegate::memcached::MemcachedLimiter;
 //! use slidegate::Limit;
 //!
-//! let limiter = MemcachedLimiter::<u64>::builder().addr("127.0.0.1:11211").limit(Limit::per_minute(500)).build()?;
+//! let limiter = MemcachedLimiter::<u64>::builder()
+//!     .addr("127.0.0.1:11211")
+//!     .limit(Limit::per_minute(500))
+//!     .pool_size(16)
+//!     .build()?;
 //! let checked = limiter.check(&7).await;
 //! # let _ = checked;
 //! # Ok(())
 //! # }
 //! ```
 
+use std::borrow::Cow;
 use std::fmt;
 use std::hash::Hash;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use deadpool::managed::{self, Metrics, RecycleError, RecycleResult};
+use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
+use sha2::{Digest, Sha256};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
-use tokio::sync::Mutex;
 
 pub use crate::remote::{Checked, DecidedBy, Fallback};
 use crate::{ConfigError, Decision, Limit, Limiter, ManualClock};
+
+/// How many connections a [`MemcachedLimiter`] opens at most unless
+/// [`pool_size`](MemcachedLimiterBuilder::pool_size) says otherwise.
+///
+/// ```
+/// assert_eq!(slidegate::memcached::DEFAULT_POOL_SIZE, 8);
+/// ```
+pub const DEFAULT_POOL_SIZE: usize = 8;
+
+/// The longest key prefix [`build`](MemcachedLimiterBuilder::build) accepts, in bytes: with
+/// it, the longest name (a hashed key, limit index and bucket) still fits memcached's 250.
+///
+/// ```
+/// use slidegate::memcached::{MemcachedLimiter, MAX_PREFIX_BYTES};
+/// use slidegate::{ConfigError, Limit};
+///
+/// let long = "p".repeat(MAX_PREFIX_BYTES + 1);
+/// let built = MemcachedLimiter::<u64>::builder().limit(Limit::per_second(10)).prefix(&long).build();
+/// assert!(matches!(built, Err(ConfigError::InvalidBackendSetting { setting: "prefix", .. })));
+/// ```
+pub const MAX_PREFIX_BYTES: usize = 128;
+
+/// memcached's longest key.
+const MAX_KEY_BYTES: usize = 250;
+
+/// The longest `:{i}:{n}` ending a name (two `usize`/`u64` of at most 20 digits).
+const MAX_SUFFIX_BYTES: usize = 42;
+
+/// What the escaped key text never holds: what memcached refuses (controls, space), `%` (so
+/// escaping is undone byte for byte), `:` (the separator) and `#` (the mark of a hashed key).
+/// `utf8_percent_encode` escapes every non-ASCII byte as well.
+const ESCAPED: &AsciiSet = &CONTROLS.add(b' ').add(b'%').add(b':').add(b'#');
 
 /// One limit in milliseconds.
 #[derive(Debug, Clone, Copy)]
@@ -44,10 +120,43 @@ struct Bucket {
     window: u64,
 }
 
+/// One pooled connection. `clean` is false from the first byte of a request to the last
+/// byte of its reply: a connection dropped in between (an error, or the check's timeout)
+/// goes back to the pool unclean, and the pool closes it rather than hand it out again.
+struct Conn {
+    io: BufReader<TcpStream>,
+    clean: bool,
+}
+
+/// Opens the pool's connections to one server.
+struct Connector {
+    addr: String,
+}
+
+impl managed::Manager for Connector {
+    type Type = Conn;
+    type Error = std::io::Error;
+
+    async fn create(&self) -> std::io::Result<Conn> {
+        let stream = TcpStream::connect(&self.addr).await?;
+        // Requests are small and each waits for its reply: do not hold them back.
+        stream.set_nodelay(true)?;
+        Ok(Conn { io: BufReader::new(stream), clean: true })
+    }
+
+    async fn recycle(&self, conn: &mut Conn, _: &Metrics) -> RecycleResult<std::io::Error> {
+        if conn.clean {
+            Ok(())
+        } else {
+            Err(RecycleError::message("an exchange with memcached was cut short"))
+        }
+    }
+}
+
 /// A two-bucket limiter on memcached: see the [module docs](self).
 pub struct MemcachedLimiter<K> {
     addr: String,
-    conn: Mutex<Option<BufReader<TcpStream>>>,
+    pool: managed::Pool<Connector>,
     buckets: Vec<Bucket>,
     prefix: String,
     timeout: Duration,
@@ -61,6 +170,7 @@ impl<K> fmt::Debug for MemcachedLimiter<K> {
         f.debug_struct("MemcachedLimiter")
             .field("addr", &self.addr)
             .field("buckets", &self.buckets)
+            .field("pool", &self.pool.status())
             .finish_non_exhaustive()
     }
 }
@@ -74,6 +184,7 @@ pub struct MemcachedLimiterBuilder<K> {
     timeout: Duration,
     clock: Option<ManualClock>,
     fallback: Fallback,
+    pool_size: usize,
     _key: std::marker::PhantomData<fn() -> K>,
 }
 
@@ -93,15 +204,46 @@ where
         self
     }
 
-    /// The prefix of every memcached key (default `"slidegate:"`).
+    /// The prefix of every memcached key (default `"slidegate"`); a `:` separates it from
+    /// the key (see [Keys](self#keys)). At most [`MAX_PREFIX_BYTES`], with no space or
+    /// control character, or `build` refuses it.
+    ///
+    /// ```
+    /// use slidegate::memcached::MemcachedLimiter;
+    /// use slidegate::{ConfigError, Limit};
+    ///
+    /// let ok = MemcachedLimiter::<u64>::builder().limit(Limit::per_second(10)).prefix("api-v2").build();
+    /// assert!(ok.is_ok());
+    /// let bad = MemcachedLimiter::<u64>::builder().limit(Limit::per_second(10)).prefix("api v2").build();
+    /// assert!(matches!(bad, Err(ConfigError::InvalidBackendSetting { setting: "prefix", .. })));
+    /// ```
     pub fn prefix(mut self, prefix: &str) -> Self {
         prefix.clone_into(&mut self.prefix);
         self
     }
 
-    /// How long a check may wait for memcached (default 5 ms).
+    /// How long a check may wait for memcached (default 5 ms), a free connection of the
+    /// pool included.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        self
+    }
+
+    /// At most `size` connections to memcached, each carrying one check at a time (default
+    /// [`DEFAULT_POOL_SIZE`]); they are opened as concurrent checks need them. `build`
+    /// refuses 0.
+    ///
+    /// ```
+    /// use slidegate::memcached::MemcachedLimiter;
+    /// use slidegate::{ConfigError, Limit};
+    ///
+    /// let limiter = MemcachedLimiter::<u64>::builder().limit(Limit::per_second(10)).pool_size(32).build();
+    /// assert!(limiter.is_ok());
+    /// let none = MemcachedLimiter::<u64>::builder().limit(Limit::per_second(10)).pool_size(0).build();
+    /// assert!(matches!(none, Err(ConfigError::InvalidBackendSetting { setting: "pool_size", .. })));
+    /// ```
+    pub fn pool_size(mut self, size: usize) -> Self {
+        self.pool_size = size;
         self
     }
 
@@ -117,8 +259,8 @@ where
         self
     }
 
-    /// Validates the limits (the connection is made by the first check, and remade after
-    /// a failure).
+    /// Validates the limits, the prefix and the pool size (connections are opened by the
+    /// checks, and reopened after a failure).
     pub fn build(self) -> Result<MemcachedLimiter<K>, ConfigError> {
         let mut local = Limiter::builder();
         for limit in &self.limits {
@@ -128,6 +270,23 @@ where
             local = local.clock(clock.clone());
         }
         let local = local.build()?;
+        let invalid = |setting, reason: String| ConfigError::InvalidBackendSetting { setting, reason };
+        if self.prefix.len() > MAX_PREFIX_BYTES {
+            return Err(invalid(
+                "prefix",
+                format!("{} bytes, more than {MAX_PREFIX_BYTES}", self.prefix.len()),
+            ));
+        }
+        if self.prefix.chars().any(|c| c == ' ' || c.is_control()) {
+            return Err(invalid("prefix", format!("{:?} holds a space or a control character", self.prefix)));
+        }
+        if self.pool_size == 0 {
+            return Err(invalid("pool_size", "0 connections could carry no check".to_owned()));
+        }
+        let pool = managed::Pool::builder(Connector { addr: self.addr.clone() })
+            .max_size(self.pool_size)
+            .build()
+            .map_err(|e| invalid("pool_size", e.to_string()))?;
         let buckets = self
             .limits
             .iter()
@@ -138,7 +297,7 @@ where
             .collect();
         Ok(MemcachedLimiter {
             addr: self.addr,
-            conn: Mutex::new(None),
+            pool,
             buckets,
             prefix: self.prefix,
             timeout: self.timeout,
@@ -146,6 +305,18 @@ where
             fallback: self.fallback,
             local: (self.fallback == Fallback::Local).then_some(local),
         })
+    }
+}
+
+/// `{prefix}:{k'}`: the part of a counter's name that the key decides (see
+/// [Keys](self#keys)): the escaped text, or `#` and its SHA-256 when that does not fit.
+fn stem(prefix: &str, key: &str) -> String {
+    let escaped: Cow<'_, str> = utf8_percent_encode(key, ESCAPED).into();
+    let room = MAX_KEY_BYTES.saturating_sub(MAX_SUFFIX_BYTES).saturating_sub(prefix.len()).saturating_sub(1);
+    if escaped.len() <= room {
+        format!("{prefix}:{escaped}")
+    } else {
+        format!("{prefix}:#{:x}", Sha256::digest(key.as_bytes()))
     }
 }
 
@@ -218,10 +389,11 @@ where
         MemcachedLimiterBuilder {
             addr: "127.0.0.1:11211".to_owned(),
             limits: Vec::new(),
-            prefix: "slidegate:".to_owned(),
+            prefix: "slidegate".to_owned(),
             timeout: Duration::from_millis(5),
             clock: None,
             fallback: Fallback::default(),
+            pool_size: DEFAULT_POOL_SIZE,
             _key: std::marker::PhantomData,
         }
     }
@@ -245,13 +417,9 @@ where
         let now = self.now_ms();
         match tokio::time::timeout(self.timeout, self.decide(key, cost, now)).await {
             Ok(Ok(decision)) => Checked::new(decision, DecidedBy::Server),
-            _ => {
-                // A connection in an unknown state is not reused.
-                if let Ok(mut conn) = self.conn.try_lock() {
-                    *conn = None;
-                }
-                self.fall_back(key, cost)
-            }
+            // A connection in an unknown state is not reused: it went back to the pool
+            // unclean, and the pool closes it (see `Conn`).
+            _ => self.fall_back(key, cost),
         }
     }
 
@@ -266,24 +434,22 @@ where
     }
 
     async fn decide(&self, key: &K, cost: u64, now: u64) -> std::io::Result<Decision> {
+        let stem = stem(&self.prefix, &key.to_string());
         let names: Vec<(String, String, u64)> = self
             .buckets
             .iter()
             .enumerate()
             .map(|(i, b)| {
                 let bucket = now.checked_div(b.window).unwrap_or(now);
-                let name = |n: u64| {
-                    format!("{}{key}:{i}:{n}", self.prefix)
-                        .replace(|c: char| c.is_whitespace() || c.is_control(), "_")
-                };
+                let name = |n: u64| format!("{stem}:{i}:{n}");
                 (name(bucket), name(bucket.saturating_sub(1)), bucket)
             })
             .collect();
-        let mut guard = self.conn.lock().await;
-        if guard.is_none() {
-            *guard = Some(BufReader::new(TcpStream::connect(&self.addr).await?));
-        }
-        let Some(conn) = guard.as_mut() else { return Err(std::io::ErrorKind::NotConnected.into()) };
+        let mut conn = self.pool.get().await.map_err(|e| match e {
+            managed::PoolError::Backend(e) => e,
+            other => std::io::Error::other(other.to_string()),
+        })?;
+        let conn = &mut *conn;
         let keys: Vec<&str> = names.iter().flat_map(|(c, p, _)| [c.as_str(), p.as_str()]).collect();
         let values = get_multi(conn, &keys).await?;
         let estimates: Vec<Estimate> = self
@@ -336,17 +502,18 @@ where
 const MAX_VALUE_BYTES: usize = 1 << 20;
 
 /// `get k1 k2 ...`: the numeric values found.
-async fn get_multi(conn: &mut BufReader<TcpStream>, keys: &[&str]) -> std::io::Result<Vec<(String, u64)>> {
-    conn.get_mut().write_all(format!("get {}\r\n", keys.join(" ")).as_bytes()).await?;
+async fn get_multi(conn: &mut Conn, keys: &[&str]) -> std::io::Result<Vec<(String, u64)>> {
+    conn.clean = false;
+    conn.io.get_mut().write_all(format!("get {}\r\n", keys.join(" ")).as_bytes()).await?;
     let mut out = Vec::new();
     loop {
-        let mut line = String::new();
-        if conn.read_line(&mut line).await? == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
+        let line = read_line(conn).await?;
         let mut parts = line.split_whitespace();
         match parts.next() {
-            Some("END") => return Ok(out),
+            Some("END") => {
+                conn.clean = true;
+                return Ok(out);
+            }
             Some("VALUE") => {
                 let key = parts.next().unwrap_or_default().to_owned();
                 let bytes: usize = parts.nth(1).and_then(|b| b.parse().ok()).unwrap_or(0);
@@ -356,7 +523,7 @@ async fn get_multi(conn: &mut BufReader<TcpStream>, keys: &[&str]) -> std::io::R
                     return Err(std::io::Error::other(format!("memcached: a value of {bytes} bytes")));
                 }
                 let mut data = vec![0u8; bytes.saturating_add(2)];
-                conn.read_exact(&mut data).await?;
+                conn.io.read_exact(&mut data).await?;
                 let value = data
                     .get(..bytes)
                     .and_then(|v| std::str::from_utf8(v).ok())
@@ -369,20 +536,118 @@ async fn get_multi(conn: &mut BufReader<TcpStream>, keys: &[&str]) -> std::io::R
     }
 }
 
+/// memcached's longest relative expiry (30 days): it reads a larger one as a Unix time.
+const MAX_RELATIVE_TTL: u64 = 60 * 60 * 24 * 30;
+
+/// The expiry to give a counter living `ttl_ms`: whole seconds, at least 1; 0 (no expiry,
+/// memcached's LRU reclaims it) past [`MAX_RELATIVE_TTL`], where memcached would read it as
+/// a date in 1970 and expire the counter at once.
+fn ttl_seconds(ttl_ms: u64) -> u64 {
+    match ttl_ms.div_ceil(1000).max(1) {
+        ttl if ttl > MAX_RELATIVE_TTL => 0,
+        ttl => ttl,
+    }
+}
+
+/// One reply line; the connection closing first is an error.
+async fn read_line(conn: &mut Conn) -> std::io::Result<String> {
+    let mut line = String::new();
+    if conn.io.read_line(&mut line).await? == 0 {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
+    Ok(line)
+}
+
 /// `incr key cost`, creating the counter with `add` (TTL `ttl_ms`) when it is missing.
-async fn incr(conn: &mut BufReader<TcpStream>, key: &str, cost: u64, ttl_ms: u64) -> std::io::Result<()> {
+async fn incr(conn: &mut Conn, key: &str, cost: u64, ttl_ms: u64) -> std::io::Result<()> {
     for _ in 0..2 {
-        conn.get_mut().write_all(format!("incr {key} {cost}\r\n").as_bytes()).await?;
-        let mut line = String::new();
-        conn.read_line(&mut line).await?;
-        if !line.starts_with("NOT_FOUND") {
+        conn.clean = false;
+        conn.io.get_mut().write_all(format!("incr {key} {cost}\r\n").as_bytes()).await?;
+        let line = read_line(conn).await?;
+        if line.trim_end().parse::<u64>().is_ok() {
+            conn.clean = true;
             return Ok(());
         }
+        if !line.starts_with("NOT_FOUND") {
+            return Err(std::io::Error::other(format!("memcached: unexpected reply {line:?}")));
+        }
         // Add-if-missing; a racing add that wins is fine: the incr retries on its counter.
-        let ttl = ttl_ms.div_ceil(1000).max(1);
-        conn.get_mut().write_all(format!("add {key} 0 {ttl} 1\r\n0\r\n").as_bytes()).await?;
-        line.clear();
-        conn.read_line(&mut line).await?;
+        let ttl = ttl_seconds(ttl_ms);
+        conn.io.get_mut().write_all(format!("add {key} 0 {ttl} 1\r\n0\r\n").as_bytes()).await?;
+        let line = read_line(conn).await?;
+        if !(line.starts_with("STORED") || line.starts_with("NOT_STORED")) {
+            return Err(std::io::Error::other(format!("memcached: unexpected reply {line:?}")));
+        }
+        conn.clean = true;
     }
     Err(std::io::Error::other("memcached: counter vanished twice"))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::arithmetic_side_effects, clippy::indexing_slicing)]
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A name is a memcached key: at most 250 bytes with the longest `:{i}:{n}`, and no
+    /// space or control byte.
+    fn assert_valid(name: &str) {
+        assert!(name.len() + MAX_SUFFIX_BYTES <= MAX_KEY_BYTES, "{name:?}: {} bytes", name.len());
+        assert!(name.bytes().all(|b| b > b' ' && b != 0x7f), "{name:?}");
+    }
+
+    /// The key back from a name: `None` for a hashed one.
+    fn key_of(prefix: &str, name: &str) -> Option<String> {
+        let (p, k) = name.rsplit_once(':').unwrap();
+        assert_eq!(p, prefix);
+        if k.starts_with('#') {
+            return None;
+        }
+        Some(percent_encoding::percent_decode_str(k).decode_utf8().unwrap().into_owned())
+    }
+
+    proptest! {
+        /// Every key gets a valid name that gives the key back (so distinct keys get
+        /// distinct names), or, when escaping does not fit, `#` and 64 hex digits.
+        #[test]
+        fn names_are_memcached_keys_and_give_the_key_back(
+            key in prop_oneof!["[ a_%:#\t\u{0}\u{7f}é\u{2003}]{0,8}", any::<String>(), ".{60,130}"],
+            prefix in "[!-~]{0,128}",
+        ) {
+            let name = stem(&prefix, &key);
+            assert_valid(&name);
+            match key_of(&prefix, &name) {
+                Some(back) => prop_assert_eq!(back, key),
+                None => {
+                    let hash = name.rsplit_once(":#").unwrap().1;
+                    let room = MAX_KEY_BYTES - MAX_SUFFIX_BYTES - prefix.len() - 1;
+                    prop_assert!(utf8_percent_encode(&key, ESCAPED).to_string().len() > room);
+                    prop_assert_eq!(hash.len(), 64);
+                    prop_assert!(hash.bytes().all(|b| b.is_ascii_hexdigit()));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn expiries_over_30_days_are_not_dates() {
+        assert_eq!(ttl_seconds(0), 1);
+        assert_eq!(ttl_seconds(1_500), 2);
+        assert_eq!(ttl_seconds(MAX_RELATIVE_TTL * 1000), MAX_RELATIVE_TTL);
+        assert_eq!(ttl_seconds(MAX_RELATIVE_TTL * 1000 + 1), 0);
+        assert_eq!(ttl_seconds(u64::MAX), 0);
+    }
+
+    #[test]
+    fn the_old_mappings_pairs_get_distinct_names() {
+        let pairs = [("a b", "a_b"), ("a\tb", "a_b"), ("a\u{2003}b", "a b"), ("a%20b", "a b"), ("#", "%23")];
+        for (a, b) in pairs {
+            assert_ne!(stem("slidegate", a), stem("slidegate", b), "{a:?} {b:?}");
+        }
+        assert_eq!(stem("slidegate", "a b"), "slidegate:a%20b");
+        assert_ne!(stem("p", ":x"), stem("p:", "x"));
+        let long = "k".repeat(300);
+        assert_ne!(stem("p", &long), stem("p", &format!("{long}x")));
+        assert_valid(&stem(&"p".repeat(MAX_PREFIX_BYTES), &long));
+    }
 }

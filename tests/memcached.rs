@@ -1,7 +1,13 @@
 //! The two-bucket estimate on a real memcached (loopback; see `support/servers.rs`): the
 //! seed article's worked example; the same decisions as the in-process one-slot sliding
 //! window on random sequential traffic; the documented contention bound (checks in flight
-//! at once may all pass); and the fallback when memcached goes away.
+//! at once may all pass); keys that differ never share a counter (escaped, or hashed when
+//! too long); concurrent checks run on several pooled connections; the fallback when
+//! memcached goes away; and a throughput figure (64 checks in flight over 1,000 keys).
+//!
+//! A `libtest-mimic` binary (`harness = false`): a test whose server is missing reports
+//! `ignored` with the reason, or fails under `SLIDEGATE_REQUIRE_SERVERS` (see
+//! `support/servers.rs`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 #[allow(dead_code)]
@@ -11,12 +17,62 @@ mod support {
 }
 use support::rng::Rng;
 
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use slidegate::memcached::{DecidedBy, Fallback, MemcachedLimiter};
 use slidegate::{Limit, Limiter, ManualClock};
-use support::servers::Memcached;
+use support::servers::{trial, Memcached};
+
+fn main() -> std::process::ExitCode {
+    support::servers::run(vec![
+        trial(
+            "the_seed_worked_example_and_the_in_process_decisions",
+            0,
+            Memcached::get,
+            the_seed_worked_example_and_the_in_process_decisions,
+        ),
+        trial(
+            "checks_in_flight_at_once_can_all_pass_within_the_documented_bound",
+            4,
+            Memcached::get,
+            checks_in_flight_at_once_can_all_pass_within_the_documented_bound,
+        ),
+        trial(
+            "keys_the_old_mapping_merged_have_budgets_of_their_own",
+            0,
+            Memcached::get,
+            keys_the_old_mapping_merged_have_budgets_of_their_own,
+        ),
+        // Servers of their own: one to count connections on, one to stop.
+        trial(
+            "concurrent_checks_run_on_several_connections_at_most_the_pool_size",
+            2,
+            Memcached::start,
+            concurrent_checks_run_on_several_connections_at_most_the_pool_size,
+        ),
+        trial(
+            "a_vanished_memcached_is_answered_by_the_fallback",
+            0,
+            Memcached::start,
+            a_vanished_memcached_is_answered_by_the_fallback,
+        ),
+        trial(
+            "counters_of_windows_over_15_days_are_kept",
+            0,
+            Memcached::get,
+            counters_of_windows_over_15_days_are_kept,
+        ),
+        trial(
+            "throughput_64_in_flight_over_1000_keys",
+            2,
+            Memcached::get,
+            throughput_64_in_flight_over_1000_keys,
+        ),
+    ])
+}
 
 fn prefix(test: &str) -> String {
     format!(
@@ -26,9 +82,7 @@ fn prefix(test: &str) -> String {
     )
 }
 
-#[tokio::test]
-async fn the_seed_worked_example_and_the_in_process_decisions() {
-    let Some(server) = Memcached::get() else { return };
+async fn the_seed_worked_example_and_the_in_process_decisions(server: Memcached) {
     let clock = ManualClock::new();
     let limiter = MemcachedLimiter::<u64>::builder()
         .addr(&server.addr)
@@ -89,9 +143,7 @@ async fn the_seed_worked_example_and_the_in_process_decisions() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn checks_in_flight_at_once_can_all_pass_within_the_documented_bound() {
-    let Some(server) = Memcached::get() else { return };
+async fn checks_in_flight_at_once_can_all_pass_within_the_documented_bound(server: Memcached) {
     const MAX: u64 = 50;
     const CONNECTIONS: u64 = 4;
     let clock = ManualClock::new();
@@ -124,14 +176,12 @@ async fn checks_in_flight_at_once_can_all_pass_within_the_documented_bound() {
     for t in tasks {
         admitted += t.await.unwrap();
     }
-    // Each connection has at most one check in flight: at most CONNECTIONS - 1 extra.
+    // Each limiter has at most one check in flight: at most CONNECTIONS - 1 extra.
     assert!((MAX..=MAX + CONNECTIONS - 1).contains(&admitted), "{admitted} admitted");
 }
 
-#[tokio::test]
-async fn a_vanished_memcached_is_answered_by_the_fallback() {
-    // A server of our own, to stop.
-    let Some(server) = Memcached::start() else { return };
+/// A server of its own, to stop.
+async fn a_vanished_memcached_is_answered_by_the_fallback(server: Memcached) {
     let clock = ManualClock::new();
     let build = |fallback| {
         MemcachedLimiter::<u64>::builder()
@@ -153,4 +203,177 @@ async fn a_vanished_memcached_is_answered_by_the_fallback() {
     assert!(started.elapsed() < Duration::from_millis(400));
     assert_eq!(closed.check(&1).await.decided_by(), DecidedBy::FailClosed);
     assert_eq!(open.check(&1).await.decided_by(), DecidedBy::FailOpen);
+}
+
+/// Pairs of keys that the mapping before the escaped one (blanks and controls replaced by
+/// `_`, the prefix glued to the key) sent to one counter, and keys too long for memcached
+/// (which it refused, so every check of them fell back): each must get a budget of its own
+/// on the server. At 1 per minute, a second key on a shared counter would be refused.
+async fn keys_the_old_mapping_merged_have_budgets_of_their_own(server: Memcached) {
+    let clock = ManualClock::new();
+    clock.advance(Duration::from_secs(1000));
+    let build = |prefix: &str| {
+        MemcachedLimiter::<String>::builder()
+            .addr(&server.addr)
+            .limit(Limit::per_minute(1))
+            .clock(clock.clone())
+            .prefix(prefix)
+            .timeout(Duration::from_secs(2))
+            .build()
+            .unwrap()
+    };
+    let base = prefix("keys");
+    let long = "k".repeat(300);
+    let keys: Vec<String> = [
+        "a_b",
+        "a b",
+        "a\tb",
+        "a\nb",
+        "a\u{0}b",
+        "a\u{2003}b", // an em space: whitespace to the old mapping
+        "a%20b",      // what "a b" escapes to, unescaped
+        "a%2520b",
+        "a:b",
+        "a%3Ab",
+        "#a",
+        "é",
+        "",
+        &long,
+        &format!("{long}x"),
+        &"é".repeat(200), // 400 bytes, 1,200 escaped
+    ]
+    .iter()
+    .map(|k| (*k).to_owned())
+    .collect();
+    let limiter = build(&base);
+    for key in &keys {
+        let d = limiter.check(key).await;
+        assert_eq!((d.decided_by(), d.is_allowed()), (DecidedBy::Server, true), "first check of {key:?}");
+    }
+    // Each key's counter is there: the second check of each is refused, by the server.
+    for key in &keys {
+        let d = limiter.check(key).await;
+        assert_eq!((d.decided_by(), d.is_allowed()), (DecidedBy::Server, false), "second check of {key:?}");
+    }
+    // Prefix and key are told apart too: prefix P with key ":x" is not prefix "P:" with "x".
+    let (a, b) = (build(&base), build(&format!("{base}:")));
+    let d = a.check(&":x".to_owned()).await;
+    assert_eq!((d.decided_by(), d.is_allowed()), (DecidedBy::Server, true));
+    let d = b.check(&"x".to_owned()).await;
+    assert_eq!((d.decided_by(), d.is_allowed()), (DecidedBy::Server, true));
+}
+
+/// memcached's `curr_connections`, asked on `stats`.
+fn curr_connections(stats: &mut BufReader<TcpStream>) -> u64 {
+    stats.get_mut().write_all(b"stats\r\n").unwrap();
+    let mut found = None;
+    loop {
+        let mut line = String::new();
+        assert!(stats.read_line(&mut line).unwrap() > 0, "memcached closed the stats connection");
+        if line.starts_with("END") {
+            return found.expect("no curr_connections in stats");
+        }
+        if let Some(n) = line.strip_prefix("STAT curr_connections ") {
+            found = Some(n.trim().parse().unwrap());
+        }
+    }
+}
+
+/// 64 checks at once on a limiter of pool size 1 open one connection (the old client's
+/// behaviour, every check queued on it); on one of pool size 8, several and at most 8.
+async fn concurrent_checks_run_on_several_connections_at_most_the_pool_size(server: Memcached) {
+    let mut stats = BufReader::new(TcpStream::connect(&server.addr).unwrap());
+    let build = |size| {
+        Arc::new(
+            MemcachedLimiter::<u64>::builder()
+                .addr(&server.addr)
+                .limit(Limit::per_minute(1_000_000))
+                .prefix(&prefix("pool"))
+                .timeout(Duration::from_secs(2))
+                .pool_size(size)
+                .build()
+                .unwrap(),
+        )
+    };
+    let burst = |limiter: &Arc<MemcachedLimiter<u64>>| {
+        let mut tasks = tokio::task::JoinSet::new();
+        for key in 0..64 {
+            let limiter = Arc::clone(limiter);
+            tasks.spawn(async move { limiter.check(&key).await.decided_by() });
+        }
+        tasks
+    };
+    let before = curr_connections(&mut stats);
+    let one = build(1);
+    let mut tasks = burst(&one);
+    while let Some(by) = tasks.join_next().await {
+        assert_eq!(by.unwrap(), DecidedBy::Server);
+    }
+    let with_one = curr_connections(&mut stats);
+    assert_eq!(with_one, before + 1, "pool size 1");
+
+    let eight = build(8);
+    let mut tasks = burst(&eight);
+    while let Some(by) = tasks.join_next().await {
+        assert_eq!(by.unwrap(), DecidedBy::Server);
+    }
+    let opened = curr_connections(&mut stats) - with_one;
+    assert!((2..=8).contains(&opened), "pool size 8 opened {opened} connections for 64 checks at once");
+    eprintln!("64 checks at once: pool size 1 opened 1 connection, pool size 8 opened {opened}");
+    drop((one, eight));
+}
+
+/// Checks per second with 64 in flight on one limiter (default pool) over 1,000 keys, each
+/// check a multi-get and an `incr`. Prints the figure; fails only if memcached did not
+/// decide every check.
+async fn throughput_64_in_flight_over_1000_keys(server: Memcached) {
+    const IN_FLIGHT: u64 = 64;
+    const PER_TASK: u64 = 300;
+    let limiter = Arc::new(
+        MemcachedLimiter::<u64>::builder()
+            .addr(&server.addr)
+            .limit(Limit::per_minute(1_000_000))
+            .prefix(&prefix("throughput"))
+            .timeout(Duration::from_secs(2))
+            .build()
+            .unwrap(),
+    );
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for t in 0..IN_FLIGHT {
+        let limiter = Arc::clone(&limiter);
+        tasks.spawn(async move {
+            for i in 0..PER_TASK {
+                let d = limiter.check(&((t * PER_TASK + i) % 1000)).await;
+                assert_eq!(d.decided_by(), DecidedBy::Server);
+            }
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.unwrap();
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let checks = IN_FLIGHT * PER_TASK;
+    eprintln!(
+        "memcached throughput: {checks} checks, {IN_FLIGHT} in flight over 1000 keys, in {seconds:.3} s: {:.0} checks/s",
+        checks as f64 / seconds
+    );
+}
+
+/// memcached reads an expiry over 30 days as a Unix time: a counter's TTL (two windows) must
+/// not become a date in 1970, which would expire the counter at once and admit everything.
+async fn counters_of_windows_over_15_days_are_kept(server: Memcached) {
+    for days in [14, 16, 365] {
+        let limiter = MemcachedLimiter::<u64>::builder()
+            .addr(&server.addr)
+            .limit(Limit::new(1, Duration::from_secs(days * 86_400)))
+            .prefix(&prefix(&format!("long{days}")))
+            .timeout(Duration::from_secs(2))
+            .build()
+            .unwrap();
+        let d = limiter.check(&1).await;
+        assert_eq!((d.decided_by(), d.is_allowed()), (DecidedBy::Server, true), "{days} days");
+        let d = limiter.check(&1).await;
+        assert_eq!((d.decided_by(), d.is_allowed()), (DecidedBy::Server, false), "{days} days");
+    }
 }

@@ -10,6 +10,10 @@
 //!   is back no admitted unit is missing from its count; a server that stalls does not
 //!   stall checks; fail open and fail closed say so;
 //! * four hybrid replicas sharing one Redis stay within the documented bound.
+//!
+//! A `libtest-mimic` binary (`harness = false`): a test whose server is missing reports
+//! `ignored` with the reason, or fails under `SLIDEGATE_REQUIRE_SERVERS` (see
+//! `support/servers.rs`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 #[allow(dead_code)]
@@ -25,7 +29,48 @@ use std::time::{Duration, Instant};
 
 use slidegate::redis::{DecidedBy, Fallback, RedisLimiter};
 use slidegate::{Limit, Limiter, ManualClock};
-use support::servers::{redis_command, Cluster, RedisServer, Standalone};
+use support::servers::{redis_command, trial, Cluster, RedisServer, Standalone};
+
+fn main() -> std::process::ExitCode {
+    support::servers::run(vec![
+        trial(
+            "standalone_redis_decides_exactly_as_the_in_process_limiter",
+            0,
+            Standalone::get,
+            standalone_redis_decides_exactly_as_the_in_process_limiter,
+        ),
+        trial(
+            "redis_cluster_decides_exactly_as_the_in_process_limiter",
+            0,
+            Cluster::get,
+            redis_cluster_decides_exactly_as_the_in_process_limiter,
+        ),
+        trial(
+            "many_tasks_on_several_connections_admit_exactly_the_limit",
+            4,
+            Standalone::get,
+            many_tasks_on_several_connections_admit_exactly_the_limit,
+        ),
+        trial(
+            "a_stopped_server_is_answered_by_the_fallback_and_nothing_admitted_is_lost",
+            0,
+            || RedisServer::start(&["--enable-debug-command", "yes"]),
+            a_stopped_server_is_answered_by_the_fallback_and_nothing_admitted_is_lost,
+        ),
+        trial(
+            "four_hybrid_replicas_stay_within_the_documented_bound",
+            2,
+            Standalone::get,
+            four_hybrid_replicas_stay_within_the_documented_bound,
+        ),
+        trial(
+            "a_caller_clock_behind_the_stored_time_does_not_rewind_it",
+            0,
+            Standalone::get,
+            a_caller_clock_behind_the_stored_time_does_not_rewind_it,
+        ),
+    ])
+}
 
 fn prefix(test: &str) -> String {
     format!("t-{test}-{}-{}:", std::process::id(), Instant::now().elapsed().as_nanos())
@@ -104,15 +149,11 @@ fn standalone_builder(
     }
 }
 
-#[tokio::test]
-async fn standalone_redis_decides_exactly_as_the_in_process_limiter() {
-    let Some(server) = Standalone::get() else { return };
+async fn standalone_redis_decides_exactly_as_the_in_process_limiter(server: Standalone) {
     same_decisions_as_in_process(standalone_builder(server.url()), "same").await;
 }
 
-#[tokio::test]
-async fn redis_cluster_decides_exactly_as_the_in_process_limiter() {
-    let Some(cluster) = Cluster::get() else { return };
+async fn redis_cluster_decides_exactly_as_the_in_process_limiter(cluster: Cluster) {
     let urls = cluster.urls();
     let builder = move |clock: &ManualClock, limits: &[Limit], prefix: &str| {
         let refs: Vec<&str> = urls.iter().map(String::as_str).collect();
@@ -129,9 +170,7 @@ async fn redis_cluster_decides_exactly_as_the_in_process_limiter() {
     same_decisions_as_in_process(builder, "cluster").await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn many_tasks_on_several_connections_admit_exactly_the_limit() {
-    let Some(server) = Standalone::get() else { return };
+async fn many_tasks_on_several_connections_admit_exactly_the_limit(server: Standalone) {
     const MAX: u64 = 150;
     for round in 0..5 {
         let clock = ManualClock::new();
@@ -178,9 +217,7 @@ async fn many_tasks_on_several_connections_admit_exactly_the_limit() {
     }
 }
 
-#[tokio::test]
-async fn a_stopped_server_is_answered_by_the_fallback_and_nothing_admitted_is_lost() {
-    let Some(mut server) = RedisServer::start(&["--enable-debug-command", "yes"]) else { return };
+async fn a_stopped_server_is_answered_by_the_fallback_and_nothing_admitted_is_lost(mut server: RedisServer) {
     let clock = ManualClock::new();
     clock.advance(Duration::from_secs(10));
     let timeout = Duration::from_millis(100);
@@ -244,9 +281,7 @@ async fn a_stopped_server_is_answered_by_the_fallback_and_nothing_admitted_is_lo
     assert_eq!(back.remaining(), 20 - 7 - 1, "peek reports the room after one more");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn four_hybrid_replicas_stay_within_the_documented_bound() {
-    let Some(server) = Standalone::get() else { return };
+async fn four_hybrid_replicas_stay_within_the_documented_bound(server: Standalone) {
     const MAX: u64 = 100;
     const REPLICAS: u64 = 4;
     let sync = Duration::from_millis(50);
@@ -311,9 +346,7 @@ async fn four_hybrid_replicas_stay_within_the_documented_bound() {
     eprintln!("hybrid: first window {first}, steady densest {steady} (bound {bound}), total {total} in 5 s");
 }
 
-#[tokio::test]
-async fn a_caller_clock_behind_the_stored_time_does_not_rewind_it() {
-    let Some(server) = Standalone::get() else { return };
+async fn a_caller_clock_behind_the_stored_time_does_not_rewind_it(server: Standalone) {
     let prefix = prefix("rewind");
     let (ahead, behind) = (ManualClock::new(), ManualClock::new());
     ahead.advance(Duration::from_secs(100));

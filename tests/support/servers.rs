@@ -1,10 +1,14 @@
 //! Real servers on loopback for the backend tests: a standalone Redis, a three-primary
 //! Redis Cluster and a memcached. `.ci/run` starts them and exports their addresses
 //! (`SLIDEGATE_REDIS_URL`, `SLIDEGATE_REDIS_CLUSTER`, `SLIDEGATE_MEMCACHED`); without
-//! those, a test starts its own from the binaries on the PATH. A test that needs a server
-//! it cannot get says so loudly and passes, unless `SLIDEGATE_REQUIRE_SERVERS` is set (CI),
-//! where it fails.
+//! those, a test starts its own from the binaries on the PATH.
+//!
+//! The backend test binaries run on `libtest-mimic` (`harness = false`), each test a
+//! [`trial`]: one whose server cannot be had is reported `ignored` with the reason (so the
+//! runner's summary line counts it, and `cargo test` stays green on a machine without the
+//! servers), unless `SLIDEGATE_REQUIRE_SERVERS` is set (CI), where it fails.
 
+use std::future::Future;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -12,12 +16,51 @@ use std::process::{Child, Command, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-/// Whether a missing server fails the test (CI) or skips it with a loud message.
-pub fn unavailable(what: &str, why: &str) {
-    let required = std::env::var_os("SLIDEGATE_REQUIRE_SERVERS").is_some();
-    let message = format!("{what} unavailable: {why}");
-    assert!(!required, "{message} (SLIDEGATE_REQUIRE_SERVERS is set)");
-    eprintln!("\n!!!!!!!! SKIPPED: {message}; install it (see .ci/run) to run this test !!!!!!!!\n");
+/// Why a server cannot be had.
+fn unavailable(what: &str, why: &str) -> String {
+    format!("{what} unavailable: {why}")
+}
+
+/// A test on a server: `server` gets it (or says why not), `body` runs on a fresh tokio
+/// runtime (current-thread for `worker_threads` 0, else multi-thread). Without the server
+/// the trial is ignored with the reason, or fails if `SLIDEGATE_REQUIRE_SERVERS` is set.
+pub fn trial<S, F>(
+    name: &str,
+    worker_threads: usize,
+    server: impl FnOnce() -> Result<S, String> + Send + 'static,
+    body: impl FnOnce(S) -> F + Send + 'static,
+) -> libtest_mimic::Trial
+where
+    F: Future<Output = ()>,
+{
+    libtest_mimic::Trial::ignorable_test(name, move || {
+        let server = match server() {
+            Ok(server) => server,
+            Err(why) if std::env::var_os("SLIDEGATE_REQUIRE_SERVERS").is_some() => {
+                return Err(format!("{why} (SLIDEGATE_REQUIRE_SERVERS is set)").into());
+            }
+            Err(why) => {
+                return Ok(libtest_mimic::Completion::ignored_with(format!(
+                    "{why}; install it, or run .ci/run"
+                )))
+            }
+        };
+        let mut runtime = if worker_threads == 0 {
+            tokio::runtime::Builder::new_current_thread()
+        } else {
+            let mut builder = tokio::runtime::Builder::new_multi_thread();
+            builder.worker_threads(worker_threads);
+            builder
+        };
+        let runtime = runtime.enable_all().build().map_err(|e| format!("tokio runtime: {e}"))?;
+        runtime.block_on(body(server));
+        Ok(libtest_mimic::Completion::Completed)
+    })
+}
+
+/// Runs the trials with the command line's arguments (filters, `--list`, ...).
+pub fn run(trials: Vec<libtest_mimic::Trial>) -> std::process::ExitCode {
+    libtest_mimic::run(&libtest_mimic::Arguments::from_args(), trials).exit_code()
 }
 
 /// A free port that a cluster node can use too: Redis Cluster also listens on port + 10000,
@@ -44,15 +87,22 @@ pub fn redis_command(port: u16, command: &str) -> Option<String> {
     Some(String::from_utf8_lossy(&buf[..n]).into_owned())
 }
 
-fn wait_for(port: u16, what: &str) -> bool {
+/// Waits until the redis-server `child` answers on `port`. Another test's server may have
+/// taken the port between `free_port` and the start (then `child` exits): only an answer
+/// naming `child`'s process id counts.
+fn wait_for(port: u16, child: &mut Child) -> bool {
     let deadline = Instant::now() + Duration::from_secs(10);
+    let ours = format!("process_id:{}\r", child.id());
     while Instant::now() < deadline {
-        if redis_command(port, "PING").is_some_and(|r| r.starts_with("+PONG")) {
+        if redis_command(port, "INFO server").is_some_and(|r| r.contains(&ours)) {
             return true;
+        }
+        if !matches!(child.try_wait(), Ok(None)) {
+            return false;
         }
         sleep(Duration::from_millis(20));
     }
-    eprintln!("{what} on port {port} did not answer PING");
+    eprintln!("redis-server on port {port} did not answer");
     false
 }
 
@@ -66,15 +116,26 @@ pub struct RedisServer {
 }
 
 impl RedisServer {
-    pub fn start(extra: &[&str]) -> Option<RedisServer> {
-        let Some(bin) = binary("redis-server") else {
-            unavailable("redis-server", "not found on PATH");
-            return None;
-        };
-        let port = free_port()?;
+    pub fn start(extra: &[&str]) -> Result<RedisServer, String> {
+        if binary("redis-server").is_none() {
+            return Err(unavailable("redis-server", "not found on PATH"));
+        }
+        // A port another test's server took first: try another.
+        let mut last = unavailable("redis-server", "it did not start");
+        for _ in 0..3 {
+            match RedisServer::start_on_a_free_port(extra) {
+                Ok(server) => return Ok(server),
+                Err(why) => last = why,
+            }
+        }
+        Err(last)
+    }
+
+    fn start_on_a_free_port(extra: &[&str]) -> Result<RedisServer, String> {
+        let port = free_port().ok_or_else(|| unavailable("redis-server", "no free port"))?;
         let dir = std::env::temp_dir().join(format!("slidegate-redis-{}-{port}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).ok()?;
+        std::fs::create_dir_all(&dir).map_err(|e| unavailable("redis-server", &e.to_string()))?;
         let mut args: Vec<String> = vec![
             "--port".into(),
             port.to_string(),
@@ -91,22 +152,19 @@ impl RedisServer {
         ];
         args.extend(extra.iter().map(|s| (*s).to_owned()));
         let mut server = RedisServer { child: None, port, dir, args };
-        let _ = bin;
         if !server.launch() {
-            unavailable("redis-server", "it did not start");
-            return None;
+            return Err(unavailable("redis-server", "it did not start"));
         }
-        Some(server)
+        Ok(server)
     }
 
     fn launch(&mut self) -> bool {
         let Some(bin) = binary("redis-server") else { return false };
         let child = Command::new(bin).args(&self.args).stdout(Stdio::null()).stderr(Stdio::null()).spawn();
-        match child {
-            Ok(child) => self.child = Some(child),
-            Err(_) => return false,
-        }
-        wait_for(self.port, "redis-server")
+        let Ok(mut child) = child else { return false };
+        let up = wait_for(self.port, &mut child);
+        self.child = Some(child);
+        up
     }
 
     pub fn url(&self) -> String {
@@ -149,9 +207,9 @@ pub enum Standalone {
 }
 
 impl Standalone {
-    pub fn get() -> Option<Standalone> {
+    pub fn get() -> Result<Standalone, String> {
         if let Ok(url) = std::env::var("SLIDEGATE_REDIS_URL") {
-            return Some(Standalone::Given(url));
+            return Ok(Standalone::Given(url));
         }
         RedisServer::start(&[]).map(Standalone::Own)
     }
@@ -171,16 +229,15 @@ pub enum Cluster {
 }
 
 impl Cluster {
-    pub fn get() -> Option<Cluster> {
+    pub fn get() -> Result<Cluster, String> {
         if let Ok(urls) = std::env::var("SLIDEGATE_REDIS_CLUSTER") {
-            return Some(Cluster::Given(urls.split(',').map(str::to_owned).collect()));
+            return Ok(Cluster::Given(urls.split(',').map(str::to_owned).collect()));
         }
         let nodes: Vec<RedisServer> = (0..3)
             .map(|_| RedisServer::start(&["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"]))
-            .collect::<Option<_>>()?;
+            .collect::<Result<_, _>>()?;
         let Some(cli) = binary("redis-cli") else {
-            unavailable("redis-cli", "not found on PATH (needed to create the cluster)");
-            return None;
+            return Err(unavailable("redis-cli", "not found on PATH (needed to create the cluster)"));
         };
         let addrs: Vec<String> = nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
         let created = Command::new(cli)
@@ -192,8 +249,7 @@ impl Cluster {
             .stderr(Stdio::null())
             .status();
         if !created.is_ok_and(|s| s.success()) {
-            unavailable("Redis Cluster", "redis-cli --cluster create failed");
-            return None;
+            return Err(unavailable("Redis Cluster", "redis-cli --cluster create failed"));
         }
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
@@ -201,12 +257,11 @@ impl Cluster {
                 redis_command(n.port, "CLUSTER INFO").is_some_and(|r| r.contains("cluster_state:ok"))
             });
             if ok {
-                return Some(Cluster::Own(nodes));
+                return Ok(Cluster::Own(nodes));
             }
             sleep(Duration::from_millis(50));
         }
-        unavailable("Redis Cluster", "the cluster did not reach cluster_state:ok");
-        None
+        Err(unavailable("Redis Cluster", "the cluster did not reach cluster_state:ok"))
     }
 
     pub fn urls(&self) -> Vec<String> {
@@ -224,36 +279,67 @@ pub struct Memcached {
 }
 
 impl Memcached {
-    pub fn get() -> Option<Memcached> {
+    pub fn get() -> Result<Memcached, String> {
         if let Ok(addr) = std::env::var("SLIDEGATE_MEMCACHED") {
-            return Some(Memcached { child: None, addr });
+            return Ok(Memcached { child: None, addr });
         }
         Memcached::start()
     }
 
     /// A memcached of this test's own (to stop).
-    pub fn start() -> Option<Memcached> {
+    pub fn start() -> Result<Memcached, String> {
         let Some(bin) = binary("memcached") else {
-            unavailable("memcached", "not found on PATH");
-            return None;
+            return Err(unavailable("memcached", "not found on PATH"));
         };
-        let port = free_port()?;
+        // A port another test's server took first: try another.
+        let mut last = unavailable("memcached", "it did not start");
+        for _ in 0..3 {
+            match Memcached::start_on_a_free_port(&bin) {
+                Ok(server) => return Ok(server),
+                Err(why) => last = why,
+            }
+        }
+        Err(last)
+    }
+
+    fn start_on_a_free_port(bin: &std::path::Path) -> Result<Memcached, String> {
+        let port = free_port().ok_or_else(|| unavailable("memcached", "no free port"))?;
         let mut command = Command::new(bin);
         command.args(["-l", "127.0.0.1", "-p", &port.to_string(), "-U", "0"]);
         // memcached refuses to run as root without -u.
         command.args(["-u", "root"]);
-        let child = command.stdout(Stdio::null()).stderr(Stdio::null()).spawn().ok()?;
+        let mut child = command
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| unavailable("memcached", &e.to_string()))?;
         let addr = format!("127.0.0.1:{port}");
+        // Only an answer naming our child's process id counts (see `wait_for`).
+        let ours = format!("STAT pid {}\r", child.id());
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
-            if TcpStream::connect(&addr).is_ok() {
-                return Some(Memcached { child: Some(child), addr });
+            if memcached_stats(&addr).is_some_and(|r| r.contains(&ours)) {
+                return Ok(Memcached { child: Some(child), addr });
+            }
+            if !matches!(child.try_wait(), Ok(None)) {
+                break;
             }
             sleep(Duration::from_millis(20));
         }
-        unavailable("memcached", "it did not start");
-        None
+        // Dropping it kills it.
+        drop(Memcached { child: Some(child), addr });
+        Err(unavailable("memcached", "it did not start"))
     }
+}
+
+/// The first reply to `stats` (its first lines hold `STAT pid`).
+fn memcached_stats(addr: &str) -> Option<String> {
+    let mut stream = TcpStream::connect(addr).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    stream.write_all(b"stats\r\n").ok()?;
+    let mut buf = [0u8; 4096];
+    let n = stream.read(&mut buf).ok()?;
+    Some(String::from_utf8_lossy(buf.get(..n)?).into_owned())
 }
 
 impl Drop for Memcached {
