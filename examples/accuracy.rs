@@ -363,10 +363,22 @@ fn svg(contenders: &[Contender], patterns: &[Pattern], results: &[Vec<Outcome>])
     s
 }
 
+/// the accuracy lab: every algorithm on the same seeded traffic, against its documented bound.
+#[derive(argh::FromArgs)]
+struct Args {
+    /// fewer windows per pattern (CI)
+    #[argh(switch)]
+    quick: bool,
+    /// also write the results as CSV to this path
+    #[argh(option)]
+    csv: Option<String>,
+    /// also write the over-admission as an SVG bar chart to this path
+    #[argh(option)]
+    svg: Option<String>,
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().collect();
-    let quick = args.iter().any(|a| a == "--quick");
-    let path_after = |flag: &str| args.windows(2).find(|w| w[0] == flag).map(|w| w[1].clone());
+    let Args { quick, csv: csv_path, svg: svg_path } = argh::from_env();
     let windows = if quick { 6 } else { 60 };
     let duration = windows * WINDOW;
     let contenders = contenders();
@@ -422,7 +434,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("| {} | {} B{log} | {:.1} |", c.name, bytes_per_key(c)?, runs[2]);
     }
 
-    if let Some(path) = path_after("--csv") {
+    if let Some(path) = csv_path {
         let mut csv = String::from(
             "algorithm,pattern,requests,admitted,densest_window_x_max,false_allows,false_denies,granted_x_max\n",
         );
@@ -445,7 +457,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         std::fs::write(&path, csv).map_err(|e| format!("cannot write {path}: {e}"))?;
         println!("\nCSV written to {path}");
     }
-    if let Some(path) = path_after("--svg") {
+    if let Some(path) = svg_path {
         std::fs::write(&path, svg(&contenders, &patterns, &results))
             .map_err(|e| format!("cannot write {path}: {e}"))?;
         println!("SVG written to {path}");

@@ -240,15 +240,22 @@ fn iterations(ns: f64, budget: Duration) -> u64 {
     ((budget.as_nanos() as f64 / ns.max(1.0)) as u64).clamp(1_000, 50_000_000)
 }
 
+/// slidegate beside governor on issue 13's workloads, as markdown tables.
+#[derive(argh::FromArgs)]
+struct Args {
+    /// fewer, shorter rounds (CI)
+    #[argh(switch)]
+    quick: bool,
+    /// rounds per scenario (default 7, 3 with --quick; at least 1)
+    #[argh(option)]
+    rounds: Option<usize>,
+}
+
 fn main() -> Result<(), ConfigError> {
+    let Args { quick, rounds } = argh::from_env();
+    let rounds = rounds.filter(|&n| n > 0).unwrap_or(if quick { 3 } else { 7 });
+    // The command line as given, for the report's title.
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let quick = args.iter().any(|a| a == "--quick");
-    let rounds = args
-        .windows(2)
-        .find(|w| w[0] == "--rounds")
-        .and_then(|w| w[1].parse().ok())
-        .filter(|&n: &usize| n > 0)
-        .unwrap_or(if quick { 3 } else { 7 });
     let budget = Duration::from_millis(if quick { 20 } else { 150 });
     let command = if args.is_empty() {
         String::from("cargo run --release --example bench_report")

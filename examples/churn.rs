@@ -110,34 +110,48 @@ fn algorithm(name: &str) -> Result<(&'static str, Algorithm), Error> {
     })
 }
 
+/// leaks under churn: cycles of inserting new keys, sweeping them out, and measuring heap
+/// and RSS; each algorithm in a process of its own.
+#[derive(argh::FromArgs)]
+struct Flags {
+    /// 10 cycles of 200,000 keys (CI)
+    #[argh(switch)]
+    quick: bool,
+    /// cycles, at least 2 (default 100; 10 with --quick)
+    #[argh(option, from_str_fn(number))]
+    cycles: Option<u64>,
+    /// new keys per cycle, `_` allowed (default 1_000_000; 200_000 with --quick)
+    #[argh(option, from_str_fn(number))]
+    keys: Option<u64>,
+    /// an algorithm to run (repeatable), or `all` (default: sliding-window, sliding-log)
+    #[argh(option)]
+    algorithm: Vec<String>,
+    /// internal: run one algorithm in this process
+    #[argh(option)]
+    child: Option<String>,
+}
+
+/// A count, with `_` between digits allowed.
+fn number(value: &str) -> Result<u64, String> {
+    value.replace('_', "").parse().map_err(|_| format!("not a number: {value}"))
+}
+
 fn args() -> Result<Args, Error> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let quick = args.iter().any(|a| a == "--quick");
-    let number = |flag: &str| -> Result<Option<u64>, Error> {
-        match args.iter().position(|a| a == flag) {
-            Some(i) => {
-                let v = args.get(i + 1).ok_or_else(|| format!("{flag} needs a number"))?;
-                Ok(Some(v.replace('_', "").parse().map_err(|_| format!("{flag}: not a number: {v}"))?))
-            }
-            None => Ok(None),
-        }
-    };
-    let cycles = number("--cycles")?.unwrap_or(if quick { 10 } else { 100 });
-    let keys = number("--keys")?.unwrap_or(if quick { 200_000 } else { 1_000_000 });
+    let flags: Flags = argh::from_env();
+    let quick = flags.quick;
+    let cycles = flags.cycles.unwrap_or(if quick { 10 } else { 100 });
+    let keys = flags.keys.unwrap_or(if quick { 200_000 } else { 1_000_000 });
     if cycles < 2 || keys == 0 {
         return Err("--cycles must be at least 2 (cycle 1 is the warm-up), --keys positive".into());
     }
     let mut algorithms = Vec::new();
-    let mut child = None;
-    for (i, a) in args.iter().enumerate() {
-        let value = || args.get(i + 1).ok_or_else(|| format!("{a} needs a name"));
-        match a.as_str() {
-            "--algorithm" if value()? == "all" => algorithms.extend(ALGORITHMS.iter().map(|(n, _)| *n)),
-            "--algorithm" => algorithms.push(algorithm(value()?)?.0),
-            "--child" => child = Some(algorithm(value()?)?.0),
-            _ => {}
+    for name in &flags.algorithm {
+        match name.as_str() {
+            "all" => algorithms.extend(ALGORITHMS.iter().map(|(n, _)| *n)),
+            name => algorithms.push(algorithm(name)?.0),
         }
     }
+    let child = flags.child.as_deref().map(algorithm).transpose()?.map(|(name, _)| name);
     if algorithms.is_empty() {
         algorithms = vec!["sliding-window", "sliding-log"];
     }

@@ -54,12 +54,20 @@ async fn per_second(addr: SocketAddr, n: u32) -> Result<f64, Box<dyn std::error:
     Ok(f64::from(n) / start.elapsed().as_secs_f64())
 }
 
+/// what the gateway glue costs: the tower layer in process, over HTTP, and the metrics.
+#[derive(argh::FromArgs)]
+struct Args {
+    /// interleaved rounds (default 7)
+    #[argh(option, default = "7")]
+    rounds: usize,
+    /// fewer calls per round (CI)
+    #[argh(switch)]
+    quick: bool,
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().collect();
-    let rounds: usize =
-        args.windows(2).find(|w| w[0] == "--rounds").map(|w| w[1].parse()).transpose()?.unwrap_or(7);
-    let quick = args.iter().any(|a| a == "--quick");
+    let Args { rounds, quick } = argh::from_env();
     let (calls, http, checks_n) = if quick { (20_000, 300, 100_000) } else { (300_000, 3_000, 2_000_000) };
 
     // 1. In process.

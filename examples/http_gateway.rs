@@ -53,10 +53,14 @@ async fn start_upstream() -> std::io::Result<SocketAddr> {
     Ok(addr)
 }
 
-/// The gateway's router: the per-IP layer outside, the per-API-key layer on `/api`. Keys
-/// come from clients (addresses, a header), so each limiter holds at most `MAX_KEYS`.
+/// The most keys (client IPs, API keys) each limiter holds at once. Both come from
+/// clients, and the `X-Api-Key` header is whatever a client sends: without a bound, random
+/// values would grow the limiters without end. At the bound a new key gets a 503 until idle
+/// ones are swept (a key idle for its longest window holds no count).
+const MAX_KEYS: usize = 100_000;
+
+/// The gateway's router: the per-IP layer outside, the per-API-key layer on `/api`.
 fn gateway(upstream: Upstream) -> Result<Router, Box<dyn std::error::Error>> {
-    const MAX_KEYS: usize = 1_000_000;
     let per_ip = Limiter::<IpAddr>::builder()
         .name("per-ip")
         .limit(Limit::per_second(100))
@@ -119,10 +123,21 @@ async fn demo(addr: SocketAddr) -> Result<(), Box<dyn std::error::Error>> {
     }
 }
 
+/// a reverse proxy rate-limited per client IP and per API key.
+#[derive(argh::FromArgs)]
+struct Args {
+    /// the address to listen on (default 127.0.0.1:8080)
+    #[argh(option, default = "String::from(\"127.0.0.1:8080\")")]
+    listen: String,
+    /// send the printed requests itself, then exit
+    #[argh(switch)]
+    demo: bool,
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().collect();
-    let listen = args.windows(2).find(|w| w[0] == "--listen").map_or("127.0.0.1:8080", |w| w[1].as_str());
+    let args: Args = argh::from_env();
+    let listen = args.listen.as_str();
     let upstream = Upstream {
         addr: start_upstream().await?,
         client: Client::builder(TokioExecutor::new()).build_http(),
@@ -140,7 +155,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     });
     println!("gateway on http://{addr} -> upstream http://{}", upstream.addr);
     println!("  per client IP: 100/s; GET /login: 5/min; /api: 10/s and 300/min per X-Api-Key\n");
-    if args.iter().any(|a| a == "--demo") {
+    if args.demo {
         let outcome = demo(addr).await;
         let _ = stop.send(());
         server.await??;

@@ -20,8 +20,16 @@ const LIMITERS: usize = 50;
 const MOST_THREADS: usize = 2;
 const MOST_PERCENT: f64 = 1.0;
 
+/// what idle real-clock limiters cost: threads added and CPU while idle (Linux only).
+#[derive(argh::FromArgs)]
+struct Args {
+    /// idle 2 s instead of 5 (CI)
+    #[argh(switch)]
+    quick: bool,
+}
+
 fn main() -> ExitCode {
-    let quick = std::env::args().any(|a| a == "--quick");
+    let Args { quick } = argh::from_env();
     let idle = if quick { Duration::from_secs(2) } else { Duration::from_secs(5) };
     let m = measure(LIMITERS, idle);
     println!(

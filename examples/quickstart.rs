@@ -13,7 +13,13 @@ use std::time::{Duration, Instant};
 
 use slidegate::{ConfigError, Limit, Limiter, ManualClock};
 
+/// slidegate at work: a gateway policy on a simulated clock, the boundary burst that fixed
+/// windows let through, and four threads on one key.
+#[derive(argh::FromArgs)]
+struct Args {}
+
 fn main() -> Result<(), ConfigError> {
+    let Args {} = argh::from_env();
     gateway_policy()?;
     boundary_burst()?;
     threads_on_one_key()?;

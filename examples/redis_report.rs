@@ -71,15 +71,24 @@ where
     Ok((start.elapsed(), all))
 }
 
+/// slidegate's Redis backends on loopback, beside redis-cell when --cell-url is given.
+#[derive(argh::FromArgs)]
+struct Args {
+    /// the Redis to measure (default redis://127.0.0.1:6379)
+    #[argh(option, default = "String::from(\"redis://127.0.0.1:6379\")")]
+    url: String,
+    /// a Redis with the redis-cell module loaded, to compare CL.THROTTLE
+    #[argh(option)]
+    cell_url: Option<String>,
+    /// fewer checks (CI)
+    #[argh(switch)]
+    quick: bool,
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().collect();
-    let url = args
-        .windows(2)
-        .find(|w| w[0] == "--url")
-        .map_or("redis://127.0.0.1:6379", |w| w[1].as_str())
-        .to_owned();
-    let checks: u64 = if args.iter().any(|a| a == "--quick") { 6_400 } else { 128_000 };
+    let Args { url, cell_url, quick } = argh::from_env();
+    let checks: u64 = if quick { 6_400 } else { 128_000 };
     let limit = Limit::per_second(1_000_000);
     let mut rows = Vec::new();
 
@@ -117,7 +126,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     .await?;
     rows.push(row("fixed window, INCR + PEXPIRE script (baseline)", checks, elapsed, &latencies));
 
-    if let Some(cell_url) = args.windows(2).find(|w| w[0] == "--cell-url").map(|w| w[1].clone()) {
+    if let Some(cell_url) = cell_url {
         let conn = ConnectionManager::new(redis::Client::open(cell_url.as_str())?).await?;
         let (elapsed, latencies) = load(checks, move |key| {
             let mut conn = conn.clone();

@@ -827,31 +827,43 @@ struct Options {
     verbose: bool,
 }
 
+/// the contention soak: threads check skewed keys on every algorithm, and an independent
+/// checker replays the log; exits non-zero if a bound is broken.
+#[derive(argh::FromArgs)]
+struct Flags {
+    /// run for this many seconds (default 60; 10 with --quick)
+    #[argh(option)]
+    seconds: Option<u64>,
+    /// a 10-second run (CI), unless --seconds says otherwise
+    #[argh(switch)]
+    quick: bool,
+    /// worker threads (default 4)
+    #[argh(option, default = "4")]
+    threads: usize,
+    /// the traffic's seed (default 1)
+    #[argh(option, default = "1")]
+    seed: u64,
+    /// the length of a round in milliseconds (default 500)
+    #[argh(option, default = "500")]
+    round_ms: u64,
+    /// falsify one refusal in N in the log, to see the checker catch it (default 0: none)
+    #[argh(option, default = "0")]
+    corrupt: u64,
+    /// print each round's checks and the checker's time per round
+    #[argh(switch)]
+    verbose: bool,
+}
+
 fn options() -> Result<Options, String> {
-    let mut o = Options {
-        seconds: 60,
-        threads: 4,
-        seed: 1,
-        round: Duration::from_millis(500),
-        corrupt: 0,
-        verbose: false,
+    let f: Flags = argh::from_env();
+    let o = Options {
+        seconds: f.seconds.unwrap_or(if f.quick { 10 } else { 60 }),
+        threads: f.threads,
+        seed: f.seed,
+        round: Duration::from_millis(f.round_ms),
+        corrupt: f.corrupt,
+        verbose: f.verbose,
     };
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        let mut value = |name: &str| {
-            args.next().and_then(|v| v.parse::<u64>().ok()).ok_or_else(|| format!("{name} needs a number"))
-        };
-        match arg.as_str() {
-            "--seconds" => o.seconds = value("--seconds")?,
-            "--threads" => o.threads = value("--threads")? as usize,
-            "--seed" => o.seed = value("--seed")?,
-            "--round-ms" => o.round = Duration::from_millis(value("--round-ms")?),
-            "--corrupt" => o.corrupt = value("--corrupt")?,
-            "--verbose" => o.verbose = true,
-            "--quick" => o.seconds = 10,
-            other => return Err(format!("unknown argument {other}")),
-        }
-    }
     if o.threads == 0 || o.seconds == 0 || o.round.is_zero() {
         return Err("--threads, --seconds and --round-ms must be positive".into());
     }

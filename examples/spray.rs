@@ -150,24 +150,37 @@ struct Args {
     baseline: bool,
 }
 
+/// key spraying: one request from each of many random IPv6 addresses at a limiter capped
+/// at --max-keys; exits non-zero if a documented bound is broken.
+#[derive(argh::FromArgs)]
+struct Flags {
+    /// a smaller spray: 1,000,000 addresses at 100,000 keys (CI)
+    #[argh(switch)]
+    quick: bool,
+    /// addresses sprayed, `_` allowed (default 10_000_000; 1_000_000 with --quick)
+    #[argh(option, from_str_fn(count))]
+    keys: Option<u64>,
+    /// the limiter's max_keys, `_` allowed (default 1_000_000; 100_000 with --quick)
+    #[argh(option, from_str_fn(count))]
+    max_keys: Option<u64>,
+    /// internal: measure heap and RSS per key of --max-keys keys, in this process
+    #[argh(switch)]
+    baseline: bool,
+}
+
+/// A count, `_` between digits allowed.
+fn count(value: &str) -> Result<u64, String> {
+    value.replace('_', "").parse().map_err(|_| format!("not a number: {value}"))
+}
+
 fn args() -> Result<Args, Error> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let quick = args.iter().any(|a| a == "--quick");
-    let value = |flag: &str| -> Result<Option<u64>, Error> {
-        match args.iter().position(|a| a == flag) {
-            Some(i) => {
-                let v = args.get(i + 1).ok_or_else(|| format!("{flag} needs a number"))?;
-                Ok(Some(v.replace('_', "").parse().map_err(|_| format!("{flag}: not a number: {v}"))?))
-            }
-            None => Ok(None),
-        }
-    };
-    let keys = value("--keys")?.unwrap_or(if quick { 1_000_000 } else { 10_000_000 });
-    let max_keys = value("--max-keys")?.unwrap_or(if quick { 100_000 } else { 1_000_000 });
+    let Flags { quick, keys, max_keys, baseline } = argh::from_env();
+    let keys = keys.unwrap_or(if quick { 1_000_000 } else { 10_000_000 });
+    let max_keys = max_keys.unwrap_or(if quick { 100_000 } else { 1_000_000 });
     if max_keys == 0 || keys == 0 {
         return Err("--keys and --max-keys must be positive".into());
     }
-    Ok(Args { keys, max_keys: max_keys as usize, quick, baseline: args.iter().any(|a| a == "--baseline") })
+    Ok(Args { keys, max_keys: max_keys as usize, quick, baseline })
 }
 
 fn limiter(clock: &ManualClock, max_keys: Option<usize>) -> Result<Limiter<Ipv6Addr>, Error> {

@@ -111,6 +111,12 @@ impl Now {
 /// tests or simulations; such a limiter starts no background thread (call
 /// [`Limiter::sweep`](crate::Limiter::sweep) yourself).
 ///
+/// [`Limiter::until_ready`](crate::Limiter::until_ready) (feature `tokio`) on such a limiter
+/// waits for this clock, not the tokio timer: a refused waiter sleeps until
+/// [`advance`](Self::advance) or [`set`](Self::set) moves the clock past its `retry_after`
+/// (plus its jitter), measured on this clock, and then checks again. If nothing moves the
+/// clock, it waits for ever (cancellably: wrap it in `tokio::time::timeout` in tests).
+///
 /// ```
 /// use std::time::Duration;
 /// use slidegate::ManualClock;
@@ -125,6 +131,9 @@ impl Now {
 #[derive(Debug, Clone, Default)]
 pub struct ManualClock {
     now: Now,
+    /// The tasks of `until_ready` waiting for this clock to move (feature `tokio`).
+    #[cfg(feature = "tokio")]
+    waiters: Arc<Mutex<Vec<std::task::Waker>>>,
 }
 
 impl ManualClock {
@@ -152,10 +161,11 @@ impl ManualClock {
         loop {
             let next = cur.saturating_add(by).min(END_OF_TIME);
             match self.now.0.compare_exchange_weak(cur, next, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return,
+                Ok(_) => break,
                 Err(seen) => cur = seen,
             }
         }
+        self.moved();
     }
 
     /// Moves the clock to `to` since its origin (at most 2⁶² ns), if that is later than
@@ -168,6 +178,38 @@ impl ManualClock {
     /// ```
     pub fn set(&self, to: Duration) {
         self.now.raise_to(u64::try_from(to.as_nanos()).unwrap_or(u64::MAX));
+        self.moved();
+    }
+
+    /// Wakes the waiters of `until_ready`, after the time moved (each checks whether its
+    /// time has come).
+    fn moved(&self) {
+        #[cfg(feature = "tokio")]
+        for waiter in std::mem::take(&mut *lock(&self.waiters)) {
+            waiter.wake();
+        }
+    }
+
+    /// Ready once this clock reads at least `until` (ns since its origin; at most
+    /// [`END_OF_TIME`], where the clock stops).
+    #[cfg(feature = "tokio")]
+    pub(crate) fn reached(&self, until: u64) -> impl std::future::Future<Output = ()> + '_ {
+        let until = until.min(END_OF_TIME);
+        std::future::poll_fn(move |cx| {
+            if self.now.nanos() >= until {
+                return std::task::Poll::Ready(());
+            }
+            let mut waiters = lock(&self.waiters);
+            // Again under the lock: `moved` takes it after the time moved, so either it
+            // finds this waker or this finds the new time.
+            if self.now.nanos() >= until {
+                return std::task::Poll::Ready(());
+            }
+            if !waiters.iter().any(|w| w.will_wake(cx.waker())) {
+                waiters.push(cx.waker().clone());
+            }
+            std::task::Poll::Pending
+        })
     }
 
     /// The current time since the clock's origin.

@@ -30,7 +30,7 @@ use crate::decision::Decision;
 use crate::divisor::Divisor;
 use crate::error::ConfigError;
 use crate::limit::{Accuracy, Limit};
-use crate::metrics::Denials;
+use crate::metrics::PolicyMetrics;
 use crate::protocol::{Carry, Counter};
 
 /// The most limits one limiter may apply together (views live on the stack).
@@ -191,8 +191,8 @@ pub struct Policy {
     /// Set once a newer version of the same named policy is published: states laid out for
     /// this one move to the newer one at their next check (under the map's write lock).
     pub(crate) replaced: AtomicBool,
-    /// Denial counters labelled with the policy's name (feature `metrics`).
-    pub(crate) denials: Denials,
+    /// This version's series, labelled with the policy's name (feature `metrics`).
+    pub(crate) metrics: PolicyMetrics,
     /// How states of older versions move to this one when their layout changes.
     pub(crate) carry: Carry,
     /// Unique to this version in the process (0 until `of_tier`): what the tower layer's
@@ -296,18 +296,24 @@ impl Policy {
             tier: 0,
             shadow: false,
             replaced: AtomicBool::new(false),
-            denials: Denials::none(),
+            metrics: PolicyMetrics::none(),
             version: 0,
             carry: Carry::Conservative,
         })
     }
 
     /// Makes this a version of the limiter's named policy number `tier`.
-    pub(crate) fn of_tier(mut self, tier: usize, shadow: bool, carry: Carry, denials: Denials) -> Policy {
+    pub(crate) fn of_tier(
+        mut self,
+        tier: usize,
+        shadow: bool,
+        carry: Carry,
+        metrics: PolicyMetrics,
+    ) -> Policy {
         self.tier = tier;
         self.shadow = shadow;
         self.carry = carry;
-        self.denials = denials;
+        self.metrics = metrics;
         // Relaxed: only uniqueness matters, which the read-modify-write gives.
         static VERSIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         self.version = VERSIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -338,8 +344,8 @@ impl Policy {
     }
 
     #[inline]
-    pub(crate) fn denials(&self) -> &Denials {
-        &self.denials
+    pub(crate) fn metrics(&self) -> &PolicyMetrics {
+        &self.metrics
     }
 
     /// Has a newer version of this policy been published? Acquire pairs with the Release

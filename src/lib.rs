@@ -38,7 +38,7 @@
 //! packed), `algorithm/` (one file per algorithm: the sliding window, fixed window, sliding
 //! log and GCRA: [`Algorithm`]), `policy.rs` (named policies: tiers per key,
 //! changed at runtime, [`PolicyConfig`]), `clock.rs` and `housekeeper.rs` (one clock ticker
-//! and one sweeper thread per process), `decision.rs`, `error.rs`, `metrics.rs`, and
+//! and one sweeper thread per process), `decision.rs`, `error.rs`, [`metrics`] (the series a limiter reports), and
 //! `sync.rs` (the shim that lets `loom` check the protocols).
 //!
 //! Cargo features, all off by default: `tower` (an HTTP layer answering 429 with
@@ -77,7 +77,7 @@ mod limit;
 mod limiter;
 #[cfg(feature = "memcached")]
 pub mod memcached;
-mod metrics;
+pub mod metrics;
 mod policy;
 mod protocol;
 #[cfg(feature = "redis")]
@@ -95,6 +95,8 @@ pub use decision::{Decision, Denial};
 pub use error::ConfigError;
 pub use layout::MAX_LIMITS;
 pub use limit::{Accuracy, Limit, MAX_SLOTS, MAX_UNITS, MAX_WINDOW};
+#[cfg(feature = "tokio")]
+pub use limiter::Jitter;
 pub use limiter::{Identities, Limiter, LimiterBuilder};
 pub use policy::{PolicyConfig, DEFAULT_POLICY};
 pub use protocol::{Carry, MAX_IDENTITIES};

@@ -27,7 +27,7 @@ use crate::error::ConfigError;
 use crate::housekeeper::{self, Registration, Sweep};
 use crate::layout::Policy;
 use crate::limit::Limit;
-use crate::metrics::{Denials, Metrics};
+use crate::metrics::{Metrics, PolicyMetrics};
 use crate::policy::{PolicyConfig, Tiers, DEFAULT_POLICY};
 use crate::protocol::{Carry, KeyState, Outcome, OwnedState, MAX_IDENTITIES};
 use crate::table::{Change, Node, Refused, Table};
@@ -52,6 +52,9 @@ struct Shared<K> {
     metrics: Metrics,
     /// Shadow mode: refusals are reported but admitted.
     shadow: bool,
+    /// The manual clock, if the limiter runs on one: `until_ready` waits for it.
+    #[cfg(feature = "tokio")]
+    manual: Option<ManualClock>,
 }
 
 /// Chooses a key's policy by name (see [`LimiterBuilder::resolver`]).
@@ -169,14 +172,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let shared = &*self.shared;
-        self.decide::<Q, false>(key, cost, |decision, policy| {
-            shared.metrics.decided(&decision, cost, policy.denials());
-            if shared.shadow || policy.shadow() {
-                return decision.shadowed();
-            }
-            decision
-        })
+        self.check_n_seen(key, cost, |_| {})
     }
 
     /// Checks one request against several keys at once (its user, its API key, its IP: at
@@ -215,9 +211,9 @@ where
         }
         let shared = &*self.shared;
         let now = shared.now.nanos();
-        let decided = |decision: Decision, key: usize, denials: &Denials, shadow: bool| {
-            shared.metrics.decided(&decision, cost, denials);
-            let decision = if shared.shadow || shadow { decision.shadowed() } else { decision };
+        let decided = |decision: Decision, key: usize, metrics: &PolicyMetrics| {
+            metrics.decided(&decision, cost, shared.shadow);
+            let decision = if shared.shadow { decision.shadowed() } else { decision };
             Ok(Identities { decision, key })
         };
         if keys.is_empty() || cost == 0 {
@@ -234,7 +230,9 @@ where
                 match self.node_of(hash, *key, now, &guard) {
                     Ok(node) => *slot = Some(node.state()),
                     Err(Refused::Full) => {
-                        return decided(Decision::too_many_keys(), i, &Denials::none(), false)
+                        // Counted under the policy the key would have had.
+                        let policy = shared.tiers.current(self.tier_of(*key));
+                        return decided(Decision::too_many_keys(), i, policy.metrics());
                     }
                 }
             }
@@ -277,7 +275,7 @@ where
                         continue 'lookup;
                     }
                     let never = policy.never(index, state.room(policy, now));
-                    return decided(never, key_of(s), policy.denials(), false);
+                    return decided(never, key_of(s), policy.metrics());
                 }
             }
             let (decision, s) = match KeyState::check_many(enforced_refs, now, cost) {
@@ -290,11 +288,11 @@ where
                 clippy::indexing_slicing,
                 reason = "s is one of the enforced states, or 0 when there are none (and n > 0: `first`)"
             )]
-            let denials = refs[s].policy().denials();
+            let metrics = refs[s].policy().metrics();
             if !decision.is_allowed() || enforced == n {
-                return decided(decision, key_of(s), denials, false);
+                return decided(decision, key_of(s), metrics);
             }
-            shared.metrics.decided(&decision, cost, denials);
+            metrics.decided(&decision, cost, shared.shadow);
             let mut outcome = Identities { decision, key: key_of(s) };
             for (s, state) in refs.iter().enumerate().skip(enforced) {
                 let policy = state.policy();
@@ -306,7 +304,7 @@ where
                         Outcome::Expired | Outcome::Retired => policy.fresh(cost),
                     },
                 };
-                shared.metrics.decided(&shadow, cost, policy.denials());
+                policy.metrics().decided(&shadow, cost, true);
                 if !shadow.is_allowed() && outcome.decision.shadow_denial().is_none() {
                     outcome = Identities { decision: shadow.shadowed(), key: key_of(s) };
                 }
@@ -455,12 +453,20 @@ where
     /// Waits until `cost` units of `key` are admitted, sleeping for each refusal's
     /// `retry_after` (feature `tokio`, on the tokio timer), and returns the admission; or
     /// returns the refusal at once when waiting cannot help (a cost above a limit's `max`, or
-    /// the table full at `max_keys`).
+    /// the table full at `max_keys`). The same as
+    /// [`until_ready_with_jitter`](Self::until_ready_with_jitter) with [`Jitter::NONE`].
     ///
     /// Cancellation-safe: nothing is consumed until the admission itself, which happens
     /// inside one poll, so dropping the future while it sleeps (e.g. in `tokio::select!` or
     /// under a timeout) leaves the key's budget untouched. Waiters are not queued: when
-    /// several wait on one key, whoever checks first after the wait takes the room.
+    /// several wait on one key, whoever checks first after the wait takes the room (and
+    /// without jitter they all check at the same instant: see
+    /// [`until_ready_with_jitter`](Self::until_ready_with_jitter)).
+    ///
+    /// On a [`ManualClock`] the waits are on that clock, not the tokio timer: a refused
+    /// waiter sleeps until [`ManualClock::advance`] or [`ManualClock::set`] moves the clock
+    /// past its `retry_after`, then checks again. Nothing else wakes it: if nothing moves
+    /// the clock it waits for ever (wrap it in `tokio::time::timeout` in a test).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -484,12 +490,57 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
+        self.until_ready_with_jitter(key, cost, Jitter::NONE).await
+    }
+
+    /// [`until_ready`](Self::until_ready), each wait lengthened by a random extra of up to
+    /// `jitter`: waiters refused together (a burst on one key, clients retrying in step)
+    /// then check again spread over that span instead of all at the same instant, where
+    /// the first few would take the room and the rest go back to sleep together. Each wait
+    /// is `retry_after` plus a fresh draw, uniform in `[0, jitter]`; with
+    /// [`Jitter::NONE`] it is exactly `until_ready`. On a [`ManualClock`] the extra is
+    /// measured on that clock too.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), slidegate::ConfigError> {
+    /// use std::time::{Duration, Instant};
+    /// use slidegate::{Jitter, Limit, Limiter};
+    ///
+    /// let limiter = Limiter::<u64>::builder().limit(Limit::per_second(20)).build()?;
+    /// let jitter = Jitter::up_to(Duration::from_millis(10));
+    /// let started = Instant::now();
+    /// for _ in 0..21 {
+    ///     assert!(limiter.until_ready_with_jitter(&7, 1, jitter).await.is_ok());
+    /// }
+    /// assert!(started.elapsed() >= Duration::from_millis(40)); // the 21st waited
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "tokio")]
+    pub async fn until_ready_with_jitter<Q>(
+        &self,
+        key: &Q,
+        cost: u64,
+        jitter: Jitter,
+    ) -> Result<Decision, Decision>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         loop {
             let decision = self.check_n(key, cost);
-            match (decision.is_allowed(), decision.retry_after()) {
+            let wait = match (decision.is_allowed(), decision.retry_after()) {
                 (true, _) => return Ok(decision),
-                (false, Some(wait)) => tokio::time::sleep(wait).await,
+                (false, Some(wait)) => wait.saturating_add(jitter.draw()),
                 (false, None) => return Err(decision),
+            };
+            match &self.shared.manual {
+                Some(clock) => {
+                    let wait = u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX);
+                    clock.reached(self.shared.now.nanos().saturating_add(wait)).await;
+                }
+                None => tokio::time::sleep(wait).await,
             }
         }
     }
@@ -951,9 +1002,9 @@ where
         Some(self.shared.table.max_keys()).filter(|&most| most != usize::MAX)
     }
 
-    /// [`check_n`](Self::check_n), also showing `seen` the policy version that decided (for
-    /// the tower layer's headers).
-    #[cfg(feature = "tower")]
+    /// [`check_n`](Self::check_n), also showing `seen` the policy version that decided (the
+    /// tower layer's headers describe it).
+    #[inline(always)]
     pub(crate) fn check_n_seen<Q>(&self, key: &Q, cost: u64, seen: impl Fn(&Policy)) -> Decision
     where
         K: Borrow<Q>,
@@ -962,8 +1013,9 @@ where
         let shared = &*self.shared;
         self.decide::<Q, false>(key, cost, |decision, policy| {
             seen(policy);
-            shared.metrics.decided(&decision, cost, policy.denials());
-            if shared.shadow || policy.shadow() {
+            let shadow = shared.shadow || policy.shadow();
+            policy.metrics().decided(&decision, cost, shadow);
+            if shadow {
                 return decision.shadowed();
             }
             decision
@@ -1258,8 +1310,8 @@ where
         self
     }
 
-    /// Shadow mode: every decision is computed and reported (metrics count the denials as
-    /// usual), but a request a limit refuses is admitted anyway, with the denial it would
+    /// Shadow mode: every decision is computed and reported (metrics count the would-be
+    /// refusals in their own series, [`SHADOW_DENIED_UNITS`](crate::metrics::SHADOW_DENIED_UNITS)), but a request a limit refuses is admitted anyway, with the denial it would
     /// have got in [`Decision::shadow_denial`]; as refusals never consume, a shadow denial
     /// consumes nothing. For trying a new limit on live traffic before enforcing it. A full
     /// table (`max_keys`) still refuses: that is capacity, not policy. Default: off.
@@ -1422,6 +1474,8 @@ where
             metrics,
             name: self.name,
             shadow: self.shadow,
+            #[cfg(feature = "tokio")]
+            manual: self.clock,
         });
         let sweeper = match ticker {
             None => None,
@@ -1431,5 +1485,78 @@ where
             }
         };
         Ok(Limiter { shared, _sweeper: sweeper, _ticker: ticker })
+    }
+}
+
+/// A bound on the random extra wait of
+/// [`Limiter::until_ready_with_jitter`] (feature `tokio`): each wait is the refusal's
+/// `retry_after` plus a fresh draw, uniform in `[0, max]`, so that waiters refused together
+/// do not all check again at the same instant.
+///
+/// The draws come from the standard library's randomly keyed SipHash (a new
+/// `RandomState` per draw, hashing the current instant): no extra dependency, no
+/// allocation, good enough to spread wake-ups (not meant for anything secret).
+///
+/// ```
+/// use std::time::Duration;
+/// use slidegate::Jitter;
+///
+/// let jitter = Jitter::up_to(Duration::from_millis(50));
+/// assert_eq!(jitter.max(), Duration::from_millis(50));
+/// assert_eq!(Jitter::default(), Jitter::NONE);
+/// assert!(Jitter::NONE.max().is_zero());
+/// ```
+#[cfg(feature = "tokio")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Jitter {
+    max: Duration,
+}
+
+#[cfg(feature = "tokio")]
+impl Jitter {
+    /// No extra wait: [`Limiter::until_ready`].
+    ///
+    /// ```
+    /// assert!(slidegate::Jitter::NONE.max().is_zero());
+    /// ```
+    pub const NONE: Jitter = Jitter { max: Duration::ZERO };
+
+    /// Extra waits uniform in `[0, max]`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let jitter = slidegate::Jitter::up_to(Duration::from_secs(1));
+    /// assert_eq!(jitter.max(), Duration::from_secs(1));
+    /// ```
+    pub const fn up_to(max: Duration) -> Jitter {
+        Jitter { max }
+    }
+
+    /// The longest extra wait.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// assert_eq!(slidegate::Jitter::up_to(Duration::from_millis(7)).max(), Duration::from_millis(7));
+    /// ```
+    pub const fn max(&self) -> Duration {
+        self.max
+    }
+
+    /// One extra wait, uniform in `[0, max]` (to the nanosecond; a `max` above 2⁶⁴ ns,
+    /// some 584 years, counts as 2⁶⁴ - 1 ns).
+    fn draw(self) -> Duration {
+        use std::hash::BuildHasher;
+        let max = u64::try_from(self.max.as_nanos()).unwrap_or(u64::MAX);
+        if max == 0 {
+            return Duration::ZERO;
+        }
+        // Each `RandomState` has keys of its own (the thread's random keys, the first one
+        // incremented per `new`): successive draws are independent SipHash outputs.
+        let random = std::collections::hash_map::RandomState::new().hash_one(std::time::Instant::now());
+        let extra = match max.checked_add(1) {
+            Some(span) => random.checked_rem(span).unwrap_or(0),
+            None => random,
+        };
+        Duration::from_nanos(extra)
     }
 }

@@ -240,6 +240,6 @@ fn compile(
     widest: &[u32; MAX_LIMITS],
 ) -> Result<Policy, ConfigError> {
     let policy = Policy::with_entries(&config.limits, algorithm, widest)?;
-    let denials = metrics.denials(name, config.limits.len());
-    Ok(policy.of_tier(tier, config.shadow, carry, denials))
+    let series = metrics.policy(name, &config.limits);
+    Ok(policy.of_tier(tier, config.shadow, carry, series))
 }

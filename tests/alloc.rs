@@ -1,5 +1,5 @@
 //! The hidden-cost guard: a check on a key the limiter already holds allocates nothing,
-//! a hot key or one of many, admitted or refused,
+//! a hot key or one of many, admitted, refused or shadow-refused,
 //! with one limit or several, for every algorithm but the sliding log (whose admissions
 //! allocate its new snapshot; its refusals must not). A counting global allocator sees every allocation of the
 //! process; this file holds a single test so no other test thread allocates meanwhile, and
@@ -81,6 +81,35 @@ fn checks_on_existing_keys_do_not_allocate() {
             }) > 0
         );
     }
+
+    // Shadow mode takes the other metric series (shadow denials) on the same path: no
+    // allocation either. (With feature `metrics` and no recorder installed, as here, each
+    // check also looks whether a recorder has been installed since: that look allocates
+    // nothing; tests/metrics.rs checks the path with a recorder installed.)
+    let clock = ManualClock::new();
+    let shadow = Limiter::<String>::builder()
+        .limit(Limit::per_second(10))
+        .limit(Limit::per_minute(120))
+        .shadow(true)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    for key in &keys {
+        let _ = shadow.check(key.as_str());
+    }
+    let mut shadow_denied = 0;
+    let n = allocations_during(|| {
+        for round in 0..100u64 {
+            clock.advance(Duration::from_millis(50 + round));
+            for key in &keys {
+                let d = shadow.check_n(key.as_str(), 3);
+                assert!(d.is_allowed());
+                shadow_denied += u64::from(d.shadow_denial().is_some());
+            }
+        }
+    });
+    assert!(shadow_denied > 0);
+    assert_eq!(n, 0, "shadow-mode checks on existing keys allocated {n} times");
 
     // The sliding log stores only admitted units: refusals and peeks on a full key
     // allocate nothing (the allocation is the admission's new snapshot).

@@ -1,14 +1,22 @@
-//! Feature `metrics`: a limiter reports admitted and denied units (per policy and refusing
-//! limit, shadow denials included),
-//! `max_keys` refusals, evictions and live keys through the `metrics` facade, to whatever
-//! recorder the application installed (here metrics-util's debugging recorder); and with a
-//! recorder installed, checks on existing keys still allocate nothing.
+//! Feature `metrics`: a limiter reports admitted, denied, shadow-denied and too-many-keys
+//! units per policy (denials per refusing limit, by its string form), evictions and live
+//! keys through the `metrics` facade, to whatever recorder the application installed (here
+//! metrics-util's debugging recorder), whether it installed it before or after building
+//! the limiter; and with a recorder installed, checks on existing keys still allocate
+//! nothing.
+//!
+//! A process has one global recorder, installed once: this file holds a single test, and
+//! is the only user of the global recorder in its binary.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use slidegate::metrics::{
+    ADMITTED_UNITS, DENIED_UNITS, EVICTED_KEYS, KEYS, LIMIT, LIMITER, POLICY, SHADOW_DENIED_UNITS,
+    TOO_MANY_KEYS_UNITS,
+};
 use slidegate::{Carry, Limit, Limiter, ManualClock, PolicyConfig};
 
 #[allow(dead_code)]
@@ -20,9 +28,12 @@ use support::counting_alloc::{allocations_during, Counting};
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
 
-/// The series of limiter `limiter` by (name, `policy/limit` labels), from one snapshot
-/// (the debugging recorder resets counters on each snapshot: values are deltas).
-fn snapshot(snapshotter: &Snapshotter, limiter: &str) -> HashMap<(String, Option<String>), DebugValue> {
+/// A series: its name, and its `policy` and `limit` labels.
+type Series = (String, Option<String>, Option<String>);
+
+/// The series of limiter `limiter`, from one snapshot (the debugging recorder resets
+/// counters on each snapshot: values are deltas).
+fn snapshot(snapshotter: &Snapshotter, limiter: &str) -> HashMap<Series, DebugValue> {
     snapshotter
         .snapshot()
         .into_vec()
@@ -30,20 +41,28 @@ fn snapshot(snapshotter: &Snapshotter, limiter: &str) -> HashMap<(String, Option
         .filter_map(|(key, _, _, value)| {
             let key = key.key();
             let label = |l: &str| key.labels().find(|x| x.key() == l).map(|x| x.value().to_owned());
-            (label("limiter").as_deref() == Some(limiter)).then(|| {
-                let limit = label("limit").map(|l| format!("{}/{l}", label("policy").unwrap_or_default()));
-                ((key.name().to_owned(), limit), value)
-            })
+            (label(LIMITER).as_deref() == Some(limiter))
+                .then(|| ((key.name().to_owned(), label(POLICY), label(LIMIT)), value))
         })
         .collect()
 }
 
+/// Looks a series up: `name`, `policy`, `limit`.
+fn get<'a>(
+    series: &'a HashMap<Series, DebugValue>,
+    name: &str,
+    policy: Option<&str>,
+    limit: Option<&str>,
+) -> Option<&'a DebugValue> {
+    series.get(&(name.to_owned(), policy.map(str::to_owned), limit.map(str::to_owned)))
+}
+
 #[test]
-fn a_limiter_reports_its_decisions_keys_and_evictions_without_allocating() {
+fn limiters_built_before_and_after_the_recorder_report_units_by_policy_and_limit() {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
-    recorder.install().unwrap();
 
+    // Built, and used, before the application installs its recorder.
     let clock = ManualClock::new();
     let limiter = Limiter::<u64>::builder()
         .name("api")
@@ -53,26 +72,31 @@ fn a_limiter_reports_its_decisions_keys_and_evictions_without_allocating() {
         .clock(clock.clone())
         .build()
         .unwrap();
-    for _ in 0..4 {
-        let _ = limiter.check(&1); // 3 admitted, the 4th refused by limit 0
+    assert!(limiter.check(&1).is_allowed()); // reported nowhere: no recorder yet
+    recorder.install().unwrap();
+    for _ in 0..3 {
+        let _ = limiter.check(&1); // 2 admitted (3/s), the 3rd refused by 3/s
     }
-    let _ = limiter.check_n(&1, 10); // can never fit limit 0: 10 units denied there
+    let _ = limiter.check_n(&1, 10); // can never fit 3/s: 10 units denied there
     clock.advance(Duration::from_secs(2));
     for _ in 0..3 {
-        let _ = limiter.check(&1); // 2 admitted (minute: 5), then refused by limit 1
+        let _ = limiter.check(&1); // 2 admitted (5/min: 3 used), then refused by 5/min
     }
     let _ = limiter.check(&2);
-    let _ = limiter.check(&3); // the table is full
+    let _ = limiter.check(&3); // the table is full: 1 unit
+    let _ = limiter.check_n(&3, 2); // and 2 more
     let _ = limiter.peek(&1); // peeks are not decisions that count
     let series = snapshot(&snapshotter, "api");
-    let get = |name: &str, limit: Option<&str>| series.get(&(name.to_owned(), limit.map(str::to_owned)));
-    assert_eq!(get("slidegate_admitted_units_total", None), Some(&DebugValue::Counter(6)));
-    assert_eq!(get("slidegate_denied_units_total", Some("default/0")), Some(&DebugValue::Counter(11)));
-    assert_eq!(get("slidegate_denied_units_total", Some("default/1")), Some(&DebugValue::Counter(1)));
-    assert_eq!(get("slidegate_too_many_keys_total", None), Some(&DebugValue::Counter(1)));
-    assert_eq!(get("slidegate_keys", None), Some(&DebugValue::Gauge(2.0.into())));
+    let default = Some("default");
+    assert_eq!(get(&series, ADMITTED_UNITS, default, None), Some(&DebugValue::Counter(5)), "{series:?}");
+    assert_eq!(get(&series, DENIED_UNITS, default, Some("3/s")), Some(&DebugValue::Counter(11)));
+    assert_eq!(get(&series, DENIED_UNITS, default, Some("5/min")), Some(&DebugValue::Counter(1)));
+    // Units, like the others: 1 + 2.
+    assert_eq!(get(&series, TOO_MANY_KEYS_UNITS, default, None), Some(&DebugValue::Counter(3)));
+    assert_eq!(get(&series, KEYS, None, None), Some(&DebugValue::Gauge(2.0.into())));
+    assert_eq!(get(&series, SHADOW_DENIED_UNITS, default, Some("3/s")), Some(&DebugValue::Counter(0)));
 
-    // Checks on existing keys allocate nothing, with a recorder installed.
+    // Checks on existing keys allocate nothing, with a recorder installed after the build.
     let n = allocations_during(|| {
         for i in 0..10_000u64 {
             let _ = limiter.check(&(1 + i % 2));
@@ -85,35 +109,57 @@ fn a_limiter_reports_its_decisions_keys_and_evictions_without_allocating() {
     assert_eq!(limiter.sweep(), 2);
     let _ = limiter.check(&7);
     let series = snapshot(&snapshotter, "api");
-    let get = |name: &str| series.get(&(name.to_owned(), None));
-    assert_eq!(get("slidegate_evicted_keys_total"), Some(&DebugValue::Counter(2)));
-    assert_eq!(get("slidegate_admitted_units_total"), Some(&DebugValue::Counter(1)));
-    assert_eq!(get("slidegate_keys"), Some(&DebugValue::Gauge(1.0.into())), "two evicted, one new");
+    assert_eq!(get(&series, EVICTED_KEYS, None, None), Some(&DebugValue::Counter(2)));
+    assert_eq!(get(&series, ADMITTED_UNITS, default, None), Some(&DebugValue::Counter(1)));
+    assert_eq!(get(&series, KEYS, None, None), Some(&DebugValue::Gauge(1.0.into())), "two evicted, one new");
 
-    // Named policies: denials carry the key's policy; a shadow policy's would-be denials
-    // are counted as denials too (that is what trying a limit in shadow is for), though
-    // the requests are admitted.
+    // Built after the recorder, with named policies: every series carries the key's
+    // policy; a shadow policy's would-be refusals have a series of their own (the
+    // requests were let through), never the enforced denials'.
     let tiers = Limiter::<u64>::builder()
         .name("tiers")
         .policy("free", PolicyConfig::new([Limit::per_second(2)]))
         .policy("trial", PolicyConfig::new([Limit::per_second(1), Limit::per_minute(1)]).shadow(true))
         .resolver(|key: &u64| (*key >= 100).then_some("trial"))
+        .max_keys(2)
         .clock(clock.clone())
         .build()
         .unwrap();
     let free = (0..3).filter(|_| tiers.check(&1).is_allowed()).count();
     let trial = (0..3).filter(|_| tiers.check(&100).is_allowed()).count();
     assert_eq!((free, trial), (2, 3));
+    // Refused by the free key (full): counted once, under free.
+    assert!(!tiers.check_all(&[&1, &100], 1).unwrap().is_allowed());
+    // A third key: the table is full; counted under the policy it would have had.
+    assert!(!tiers.check_all(&[&1, &101], 2).unwrap().is_allowed());
     let series = snapshot(&snapshotter, "tiers");
-    let get = |name: &str, limit: Option<&str>| series.get(&(name.to_owned(), limit.map(str::to_owned)));
-    assert_eq!(get("slidegate_admitted_units_total", None), Some(&DebugValue::Counter(3)));
-    assert_eq!(get("slidegate_denied_units_total", Some("free/0")), Some(&DebugValue::Counter(1)));
+    let (free, trial) = (Some("free"), Some("trial"));
+    assert_eq!(get(&series, ADMITTED_UNITS, free, None), Some(&DebugValue::Counter(2)), "{series:?}");
+    assert_eq!(get(&series, DENIED_UNITS, free, Some("2/s")), Some(&DebugValue::Counter(2)));
+    assert_eq!(get(&series, ADMITTED_UNITS, trial, None), Some(&DebugValue::Counter(1)));
     // (Refused by the limit that frees up last: the minute.)
-    assert_eq!(get("slidegate_denied_units_total", Some("trial/1")), Some(&DebugValue::Counter(2)));
-    // A new version of a policy reports under the same labels.
-    tiers.update_policy("free", PolicyConfig::new([Limit::per_second(1)]), Carry::Reset).unwrap();
-    let _ = tiers.check(&1);
+    assert_eq!(get(&series, SHADOW_DENIED_UNITS, trial, Some("1/min")), Some(&DebugValue::Counter(2)));
+    assert_eq!(get(&series, DENIED_UNITS, trial, Some("1/min")), Some(&DebugValue::Counter(0)));
+    assert_eq!(get(&series, TOO_MANY_KEYS_UNITS, trial, None), Some(&DebugValue::Counter(2)));
+    assert_eq!(get(&series, TOO_MANY_KEYS_UNITS, free, None), Some(&DebugValue::Counter(0)));
+
+    // A new version of a policy reports under the same policy label, with its own limits.
+    tiers.update_policy("free", PolicyConfig::new([Limit::per_second(1)]), Carry::Conservative).unwrap();
+    let _ = tiers.check(&1); // the 2 units of this second carried over: refused
     let series = snapshot(&snapshotter, "tiers");
-    let get = |name: &str, limit: Option<&str>| series.get(&(name.to_owned(), limit.map(str::to_owned)));
-    assert_eq!(get("slidegate_denied_units_total", Some("free/0")), Some(&DebugValue::Counter(1)));
+    assert_eq!(get(&series, DENIED_UNITS, free, Some("1/s")), Some(&DebugValue::Counter(1)), "{series:?}");
+
+    // A limiter in shadow mode: every refusal is a shadow one.
+    let trying = Limiter::<u64>::builder()
+        .name("trying")
+        .limit(Limit::per_minute(2))
+        .shadow(true)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    assert!((0..5).all(|_| trying.check(&1).is_allowed()));
+    let series = snapshot(&snapshotter, "trying");
+    assert_eq!(get(&series, ADMITTED_UNITS, default, None), Some(&DebugValue::Counter(2)), "{series:?}");
+    assert_eq!(get(&series, SHADOW_DENIED_UNITS, default, Some("2/min")), Some(&DebugValue::Counter(3)));
+    assert_eq!(get(&series, DENIED_UNITS, default, Some("2/min")), Some(&DebugValue::Counter(0)));
 }

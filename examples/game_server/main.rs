@@ -57,15 +57,24 @@ async fn bot(
     }
 }
 
-fn arg(args: &[String], flag: &str) -> Option<String> {
-    args.windows(2).find(|w| w[0] == flag).map(|w| w[1].clone())
+/// a UDP game server that rate-limits each player's moves and chat, with built-in bots.
+#[derive(argh::FromArgs)]
+struct Args {
+    /// run the bots for this many seconds (default 5)
+    #[argh(option, default = "5")]
+    seconds: u64,
+    /// the UDP address to serve on (default 127.0.0.1:0, any free port)
+    #[argh(option, default = "String::from(\"127.0.0.1:0\")")]
+    listen: String,
+    /// no bots: serve until Ctrl-C
+    #[argh(switch)]
+    serve: bool,
 }
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().collect();
-    let seconds: u64 = arg(&args, "--seconds").map(|s| s.parse()).transpose()?.unwrap_or(5);
-    let listen = arg(&args, "--listen").unwrap_or_else(|| "127.0.0.1:0".to_owned());
+    let args: Args = argh::from_env();
+    let (seconds, listen) = (args.seconds, args.listen);
     let socket = UdpSocket::bind(&listen).await?;
     let addr = socket.local_addr()?;
     let stats = Stats::default();
@@ -73,7 +82,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let server = tokio::spawn(serve(socket, Rules::new(None)?, stats.clone(), stopped.clone()));
     println!("game server on udp://{addr}: moves 30/s and 600/min per player, chat 5 per 10 s");
 
-    if args.iter().any(|a| a == "--serve") {
+    if args.serve {
         println!(
             "serving until Ctrl-C; try: echo \"MOVE 1 10 20\" | nc -u -w1 {} {}",
             addr.ip(),

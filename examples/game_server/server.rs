@@ -21,8 +21,15 @@ use tokio::sync::watch;
 /// ok, chat throttled]`.
 pub type Stats = Arc<Mutex<BTreeMap<u32, [u64; 4]>>>;
 
+/// The most players each limiter tracks at once. Player ids come from the clients'
+/// datagrams, so without a bound a client sending random ids would grow the limiters
+/// without end; at the bound a new id is refused (`SLOW never`) until idle ones are swept
+/// (a player idle for a minute holds no count). Far above the players one server hosts.
+pub const MAX_PLAYERS: usize = 10_000;
+
 /// The two limiters of the game: moves at most 30 per second and 600 per minute (a client
-/// sending 30/s for more than 20 s is throttled too), chat at most 5 per 10 seconds.
+/// sending 30/s for more than 20 s is throttled too), chat at most 5 per 10 seconds; each
+/// tracks at most [`MAX_PLAYERS`] players.
 pub struct Rules {
     pub moves: Limiter<u32>,
     pub chat: Limiter<u32>,
@@ -31,9 +38,15 @@ pub struct Rules {
 impl Rules {
     /// The rules on the real clock, or on `clock` (tests).
     pub fn new(clock: Option<&ManualClock>) -> Result<Rules, ConfigError> {
-        let mut moves =
-            Limiter::builder().name("moves").limit(Limit::per_second(30)).limit(Limit::per_minute(600));
-        let mut chat = Limiter::builder().name("chat").limit(Limit::new(5, Duration::from_secs(10)));
+        let mut moves = Limiter::builder()
+            .name("moves")
+            .limit(Limit::per_second(30))
+            .limit(Limit::per_minute(600))
+            .max_keys(MAX_PLAYERS);
+        let mut chat = Limiter::builder()
+            .name("chat")
+            .limit(Limit::new(5, Duration::from_secs(10)))
+            .max_keys(MAX_PLAYERS);
         if let Some(clock) = clock {
             moves = moves.clock(clock.clone());
             chat = chat.clock(clock.clone());
