@@ -338,6 +338,9 @@ struct Advert {
     items: Vec<String>,
 }
 
+/// A cached [`Advert`], loaded without touching its reference count.
+type AdvertGuard = arc_swap::Guard<Option<Arc<Advert>>>;
+
 /// One route: its name, the normalised prefix it applies below (empty for the default),
 /// its limiter, and the headers of the policy versions it has seen, one per named policy.
 #[derive(Clone)]
@@ -372,16 +375,17 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Route<K> {
 
     /// The headers of `policy`, the version that decided a request: cached per named
     /// policy, rebuilt when a newer version decides.
-    fn advert(&self, policy: &LimiterPolicy) -> Arc<Advert> {
-        let slot = self.adverts.get(policy.tier());
-        if let Some(advert) = slot.and_then(|s| s.load_full()).filter(|a| a.version == policy.version()) {
-            return advert;
+    fn advert(&self, policy: &LimiterPolicy) -> Option<AdvertGuard> {
+        let slot = self.adverts.get(policy.tier())?;
+        let cached = slot.load();
+        if cached.as_ref().is_some_and(|a| a.version == policy.version()) {
+            return Some(cached);
         }
-        let advert = Arc::new(self.advert_of(policy));
-        if let Some(slot) = slot {
-            slot.store(Some(Arc::clone(&advert)));
-        }
-        advert
+        drop(cached);
+        slot.store(Some(Arc::new(self.advert_of(policy))));
+        // A racing request may have stored another version meanwhile: its fields describe
+        // that version, for this one request, while a policy is being replaced.
+        Some(slot.load())
     }
 
     /// `"name";q=max;w=seconds` per limit: the name is the route's, then the policy's when
@@ -978,13 +982,14 @@ where
         let cost = config.cost.cost(&req);
         let advert = Cell::new(None);
         let decision =
-            route.limiter.check_n_seen(&key, cost, |policy| advert.set(Some(route.advert(policy))));
+            route.limiter.check_n_seen(&key, cost, |policy| advert.set(route.advert(policy)));
         let advert = advert.into_inner();
+        let advert = advert.as_ref().and_then(|a| a.as_deref());
         if decision.is_allowed() {
-            let headers = advert.filter(|_| config.headers_on_success).and_then(|a| fields(&a, &decision));
+            let headers = advert.filter(|_| config.headers_on_success).and_then(|a| fields(a, &decision));
             return ResponseFuture::forward(self.inner.call(req), headers);
         }
-        let refusal = Refusal::of(route, decision, advert.as_deref());
+        let refusal = Refusal::of(route, decision, advert);
         ResponseFuture::answer(config.refuse.respond(&refusal))
     }
 }
