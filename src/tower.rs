@@ -981,8 +981,7 @@ where
         };
         let cost = config.cost.cost(&req);
         let advert = Cell::new(None);
-        let decision =
-            route.limiter.check_n_seen(&key, cost, |policy| advert.set(route.advert(policy)));
+        let decision = route.limiter.check_n_seen(&key, cost, |policy| advert.set(route.advert(policy)));
         let advert = advert.into_inner();
         let advert = advert.as_ref().and_then(|a| a.as_deref());
         if decision.is_allowed() {

@@ -66,7 +66,11 @@ impl Rules {
         let decision = limiter.check(&player);
         let throttled = usize::from(!decision.is_allowed());
         if let Ok(mut stats) = stats.lock() {
-            stats.entry(player).or_default()[kind + throttled] += 1;
+            // Player ids come from datagrams: past MAX_PLAYERS, new ids are not tracked, so
+            // a spray of ids cannot grow the table (as `max_keys` bounds the limiters).
+            if stats.len() < MAX_PLAYERS || stats.contains_key(&player) {
+                stats.entry(player).or_default()[kind + throttled] += 1;
+            }
         }
         match decision.retry_after() {
             None if decision.is_allowed() => "OK".to_owned(),
