@@ -77,20 +77,87 @@ struct Args {
     /// the Redis to measure (default redis://127.0.0.1:6379)
     #[argh(option, default = "String::from(\"redis://127.0.0.1:6379\")")]
     url: String,
-    /// a Redis with the redis-cell module loaded, to compare CL.THROTTLE
+    /// a Redis with the redis-cell module loaded, to compare CL.THROTTLE (give the same as
+    /// --url to compare on one server)
     #[argh(option)]
     cell_url: Option<String>,
-    /// fewer checks (CI)
+    /// fewer checks and rounds (CI); fails if RedisLimiter's checks/s fall below
+    /// `QUICK_BOUND` x redis-cell's
     #[argh(switch)]
     quick: bool,
+}
+
+/// The quick mode's bound on RedisLimiter's checks/s against redis-cell's: the target is
+/// 1.0, and a short run on a shared 2-core machine swings by a quarter.
+const QUICK_BOUND: f64 = 0.75;
+
+/// One side of the comparison: its rounds' throughput and p99, and the server's time per
+/// call of `command` (from `INFO commandstats`, reset before each round).
+struct Side {
+    name: &'static str,
+    command: &'static str,
+    per_second: Vec<f64>,
+    p50: Vec<u64>,
+    p99: Vec<u64>,
+    usec_per_call: Vec<f64>,
+}
+
+impl Side {
+    fn new(name: &'static str, command: &'static str) -> Side {
+        Side {
+            name,
+            command,
+            per_second: Vec::new(),
+            p50: Vec::new(),
+            p99: Vec::new(),
+            usec_per_call: Vec::new(),
+        }
+    }
+
+    fn record(&mut self, r: &Row, usec: f64) {
+        self.per_second.push(r.per_second);
+        self.p50.push(r.p50);
+        self.p99.push(r.p99);
+        self.usec_per_call.push(usec);
+    }
+}
+
+fn median<T: Copy + PartialOrd>(v: &[T]) -> T {
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    v[v.len() / 2]
+}
+
+/// `CONFIG RESETSTAT`, so that the next `usec_per_call` covers one round.
+async fn reset_stats(conn: &mut ConnectionManager) -> redis::RedisResult<()> {
+    redis::cmd("CONFIG").arg("RESETSTAT").query_async(conn).await
+}
+
+/// The server's microseconds per call of `command` since the last reset.
+async fn usec_per_call(conn: &mut ConnectionManager, command: &str) -> redis::RedisResult<f64> {
+    let info: String = redis::cmd("INFO").arg("commandstats").query_async(conn).await?;
+    let line = format!("cmdstat_{command}:");
+    Ok(info
+        .lines()
+        .find_map(|l| l.strip_prefix(&line))
+        .and_then(|fields| fields.split(',').find_map(|f| f.strip_prefix("usec_per_call=")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(f64::NAN))
+}
+
+fn show(ns: u64) -> String {
+    if ns < 10_000 {
+        format!("{ns} ns")
+    } else {
+        format!("{:.0} µs", ns as f64 / 1000.0)
+    }
 }
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let Args { url, cell_url, quick } = argh::from_env();
-    let checks: u64 = if quick { 6_400 } else { 128_000 };
+    let (checks, rounds): (u64, usize) = if quick { (12_800, 3) } else { (128_000, 5) };
     let limit = Limit::per_second(1_000_000);
-    let mut rows = Vec::new();
 
     let limiter = Arc::new(
         RedisLimiter::<u64>::builder()
@@ -101,44 +168,72 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .build()
             .await?,
     );
-    let redis = Arc::clone(&limiter);
-    let (elapsed, latencies) = load(checks, move |key| {
-        let redis = Arc::clone(&redis);
-        async move { redis.check(&key).await.decided_by() == DecidedBy::Server }
-    })
-    .await?;
-    rows.push(row("RedisLimiter (sliding window, 1 s slots)", checks, elapsed, &latencies));
-
+    let mut stats = ConnectionManager::new(redis::Client::open(url.as_str())?).await?;
     let conn = ConnectionManager::new(redis::Client::open(url.as_str())?).await?;
     let script = Arc::new(redis::Script::new(
         "local c = redis.call('INCR', KEYS[1]) if c == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end return c",
     ));
-    let (elapsed, latencies) = load(checks, move |key| {
-        let (mut conn, script) = (conn.clone(), Arc::clone(&script));
-        async move {
-            let window =
-                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-            let count: redis::RedisResult<u64> =
-                script.key(format!("fixed:{key}:{window}")).arg(1000).invoke_async(&mut conn).await;
-            count.is_ok()
-        }
-    })
-    .await?;
-    rows.push(row("fixed window, INCR + PEXPIRE script (baseline)", checks, elapsed, &latencies));
+    let cell = match &cell_url {
+        Some(cell_url) => Some((
+            ConnectionManager::new(redis::Client::open(cell_url.as_str())?).await?,
+            ConnectionManager::new(redis::Client::open(cell_url.as_str())?).await?,
+        )),
+        None => None,
+    };
 
-    if let Some(cell_url) = cell_url {
-        let conn = ConnectionManager::new(redis::Client::open(cell_url.as_str())?).await?;
+    let mut ours = Side::new("RedisLimiter (sliding window, 1 s slots)", "evalsha");
+    let mut fixed = Side::new("fixed window, INCR + PEXPIRE script (baseline)", "evalsha");
+    let mut theirs = Side::new("redis-cell CL.THROTTLE (GCRA module)", "cl.throttle");
+    // Interleaved rounds: each side runs once per round, in turn, on a warm server.
+    for _ in 0..rounds {
+        reset_stats(&mut stats).await?;
+        let redis = Arc::clone(&limiter);
         let (elapsed, latencies) = load(checks, move |key| {
-            let mut conn = conn.clone();
+            let redis = Arc::clone(&redis);
+            async move { redis.check(&key).await.decided_by() == DecidedBy::Server }
+        })
+        .await?;
+        ours.record(
+            &row(ours.name, checks, elapsed, &latencies),
+            usec_per_call(&mut stats, ours.command).await?,
+        );
+
+        if let Some((conn, stats)) = &cell {
+            let mut stats = stats.clone();
+            reset_stats(&mut stats).await?;
+            let conn = conn.clone();
+            let (elapsed, latencies) = load(checks, move |key| {
+                let mut conn = conn.clone();
+                async move {
+                    let mut cmd = redis::cmd("CL.THROTTLE");
+                    cmd.arg(format!("cell:{key}")).arg(999_999).arg(1_000_000).arg(1).arg(1);
+                    let reply: redis::RedisResult<Vec<i64>> = cmd.query_async(&mut conn).await;
+                    reply.is_ok()
+                }
+            })
+            .await?;
+            let usec = usec_per_call(&mut stats, theirs.command).await?;
+            theirs.record(&row(theirs.name, checks, elapsed, &latencies), usec);
+        }
+
+        reset_stats(&mut stats).await?;
+        let (conn, script) = (conn.clone(), Arc::clone(&script));
+        let (elapsed, latencies) = load(checks, move |key| {
+            let (mut conn, script) = (conn.clone(), Arc::clone(&script));
             async move {
-                let mut cmd = redis::cmd("CL.THROTTLE");
-                cmd.arg(format!("cell:{key}")).arg(999_999).arg(1_000_000).arg(1).arg(1);
-                let reply: redis::RedisResult<Vec<i64>> = cmd.query_async(&mut conn).await;
-                reply.is_ok()
+                let window = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs());
+                let count: redis::RedisResult<u64> =
+                    script.key(format!("fixed:{key}:{window}")).arg(1000).invoke_async(&mut conn).await;
+                count.is_ok()
             }
         })
         .await?;
-        rows.push(row("redis-cell CL.THROTTLE (GCRA module)", checks, elapsed, &latencies));
+        fixed.record(
+            &row(fixed.name, checks, elapsed, &latencies),
+            usec_per_call(&mut stats, fixed.command).await?,
+        );
     }
 
     let hybrid =
@@ -153,14 +248,41 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let elapsed = start.elapsed();
     hybrid.sync_now().await;
-    rows.push(row("HybridLimiter (in process, one thread)", local_checks, elapsed, &latencies));
+    let local = row("HybridLimiter (in process, one thread)", local_checks, elapsed, &latencies);
 
-    println!("Redis on loopback ({url}), {IN_FLIGHT} checks in flight on one connection, {KEYS} keys (`cargo run --release --example redis_report --features redis`)\n");
-    println!("| limiter | checks/s | p50 | p99 |\n|---|---:|---:|---:|");
-    for r in rows {
-        let us =
-            |ns: u64| if ns < 10_000 { format!("{ns} ns") } else { format!("{:.0} µs", ns as f64 / 1000.0) };
-        println!("| {} | {:.0} | {} | {} |", r.name, r.per_second, us(r.p50), us(r.p99));
+    let same = cell_url.as_deref() == Some(url.as_str());
+    println!(
+        "Redis on loopback ({url}{}), {IN_FLIGHT} checks in flight on one connection, {KEYS} keys, {rounds} interleaved rounds of {checks} checks, medians (`cargo run --release --example redis_report --features redis`)\n",
+        if same { ", redis-cell loaded in the same server" } else { "" }
+    );
+    println!("| limiter | checks/s | p50 | p99 | server µs per call |\n|---|---:|---:|---:|---:|");
+    for side in [&ours, &theirs, &fixed].into_iter().filter(|s| !s.per_second.is_empty()) {
+        println!(
+            "| {} | {:.0} | {} | {} | {:.2} ({}) |",
+            side.name,
+            median(&side.per_second),
+            show(median(&side.p50)),
+            show(median(&side.p99)),
+            median(&side.usec_per_call),
+            side.command.to_uppercase()
+        );
+    }
+    println!("| {} | {:.0} | {} | {} | — |", local.name, local.per_second, show(local.p50), show(local.p99));
+    if theirs.per_second.is_empty() {
+        return Ok(());
+    }
+    let ratios: Vec<f64> = ours.per_second.iter().zip(&theirs.per_second).map(|(a, b)| a / b).collect();
+    let throughput = median(&ratios);
+    let (p99, cell_p99) = (median(&ours.p99), median(&theirs.p99));
+    println!(
+        "\nRedisLimiter / redis-cell: checks/s {throughput:.2} (target >= 1.0: {}), p99 {} vs {} (target <=: {}); rounds' ratios {ratios:.2?}",
+        if throughput >= 1.0 { "met" } else { "missed" },
+        show(p99),
+        show(cell_p99),
+        if p99 <= cell_p99 { "met" } else { "missed" }
+    );
+    if quick && throughput < QUICK_BOUND {
+        return Err(format!("RedisLimiter ran at {throughput:.2} x redis-cell's checks/s, below the quick bound {QUICK_BOUND}").into());
     }
     Ok(())
 }

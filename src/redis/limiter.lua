@@ -1,23 +1,33 @@
 -- slidegate's sliding-window admission, executed atomically by Redis for one key.
 --
--- KEYS[1]: the key's hash (hash-tagged by the caller, so it lives on one Cluster slot).
+-- KEYS[1]: the key's windows, one string; KEYS[2]: its hash of replica bookkeeping. Both
+--          carry the same hash tag (the caller's), so they live on one Cluster slot.
 -- ARGV: mode ('check' | 'peek' | 'add' | 'push'), now in ms ('' = the server's TIME),
 --       cost, ttl in ms, number of limits, then per limit: max, window ms, slot ms,
 --       strict (1/0); then, for 'add', the caller's id and the entry's sequence number
 --       (an 'add' whose reply was lost is retried with the same number and applied once).
--- Hash fields: 't' the latest time seen (ms; never rewound), 'n' the units hybrid replicas
--- pushed (they sync through it), 'i:<slot>' the units of limit i in that slot,
--- 'i:last' the last slot written for limit i (older, out-of-window slots are deleted).
+--
+-- The windows string holds doubles (exact integers below 2^53), little-endian:
+--   t                          the latest time seen, ms (time never runs backwards);
+--   per limit i: k, cur, sum   the current slot, its units, and the units of the closed
+--                              slots k-n+1 .. k-1 (those wholly inside slot k's window);
+--   per limit i: n+1 entries   the ring: slot s's units at position s mod (n+1), for the
+--                              closed slots k-n .. k-1 (n = window / slot).
+-- A check reads t, k, cur, sum and the oldest slot's entry: O(limits), not O(slots). A move
+-- to a later slot carries `sum` over (plus the closed slot, minus those that left), reading
+-- one entry per slot moved. Only a refusal walks the ring, to find `retry_after`. An
+-- admission writes the string back with one SET (which also sets the expiry); a refusal
+-- writes nothing.
+--
+-- The bookkeeping hash: 'n' the units hybrid replicas pushed (they sync through it), and
+-- 'a:<client>' the last 'add' sequence number applied per client.
 --
 -- Returns {kind, limit, remaining, retry_ms, now_ms}; kind 0 = admitted, 1 = refused by
 -- `limit`, 2 = cost above that limit's max. 'push' adds cost to 'n' only and returns
 -- {n, now_ms}. 'add' counts cost in every limit without checking (units a fallback
 -- admitted while Redis was unreachable) and returns {0, 0, 0, 0, now_ms}.
---
--- Every number stays an integer below 2^53 (the caller checks max x slot ms at build
--- time), so double-precision arithmetic is exact.
 
-local key = KEYS[1]
+local key, book = KEYS[1], KEYS[2]
 local mode = ARGV[1]
 local now
 if ARGV[2] == '' then
@@ -26,18 +36,24 @@ if ARGV[2] == '' then
 else
   now = tonumber(ARGV[2])
 end
-local seen = tonumber(redis.call('HGET', key, 't') or '0')
-if seen > now then
-  now = seen
-end
 local cost = tonumber(ARGV[3])
 local ttl = tonumber(ARGV[4])
 local nl = tonumber(ARGV[5])
+-- The string's length for these limits: one laid out for other limits is no state.
+local length = 8 + nl * 24
+for i = 0, nl - 1 do
+  length = length + (tonumber(ARGV[7 + i * 4]) / tonumber(ARGV[8 + i * 4]) + 1) * 8
+end
+local state = redis.call('GET', key)
+if state and #state ~= length then state = false end
+if state then
+  local seen = struct.unpack('<d', state, 1)
+  if seen > now then now = seen end
+end
 
 if mode == 'push' then
-  local total = redis.call('HINCRBY', key, 'n', cost)
-  redis.call('HSET', key, 't', now)
-  redis.call('PEXPIRE', key, ttl)
+  local total = redis.call('HINCRBY', book, 'n', cost)
+  redis.call('PEXPIRE', book, ttl)
   return {total, now}
 end
 
@@ -53,33 +69,52 @@ local function ceil_div(a, b)
   return q
 end
 
--- Each limit's window at `now`: c[1] is slot k-n (the oldest, partly covered), c[n+1] slot k.
+-- Each limit at `now`, as if moved to slot K (nothing written yet).
 local limits = {}
+local ring_at = 9 + nl * 24
 for i = 0, nl - 1 do
   local b = 6 + i * 4
-  local l = {
-    max = tonumber(ARGV[b]),
-    p = tonumber(ARGV[b + 2]),
-    strict = ARGV[b + 3] == '1',
-  }
+  local l = { max = tonumber(ARGV[b]), p = tonumber(ARGV[b + 2]), strict = ARGV[b + 3] == '1' }
   l.n = tonumber(ARGV[b + 1]) / l.p
-  l.k = math.floor(now / l.p)
-  l.e = now - l.k * l.p
-  local fields = {}
-  for s = l.k - l.n, l.k do
-    fields[#fields + 1] = i .. ':' .. s
+  l.K = math.floor(now / l.p)
+  l.e = now - l.K * l.p
+  l.ring = ring_at
+  ring_at = ring_at + (l.n + 1) * 8
+  if state then
+    l.k, l.cur, l.sum = struct.unpack('<ddd', state, 9 + i * 24)
+  else
+    l.k, l.cur, l.sum = l.K, 0, 0
   end
-  fields[#fields + 1] = i .. ':last'
-  local values = redis.call('HMGET', key, unpack(fields))
-  l.last = tonumber(values[#values] or '-1')
-  l.c = {}
-  l.whole = 0
-  for idx = 1, #values - 1 do
-    l.c[idx] = tonumber(values[idx] or '0')
-    if idx > 1 then l.whole = l.whole + l.c[idx] end
-  end
-  l.oldest = l.c[1]
   limits[i] = l
+end
+
+-- The units of closed slot s < K, as stored (before the move to K).
+local function stored(l, s)
+  if s == l.k then return l.cur end
+  if s > l.k or s < l.k - l.n or not state then return 0 end
+  return (struct.unpack('<d', state, l.ring + (s % (l.n + 1)) * 8))
+end
+
+-- Slot K's units, the units of the closed slots wholly inside its window, the oldest.
+for i = 0, nl - 1 do
+  local l = limits[i]
+  if l.K == l.k then
+    l.whole = l.sum + l.cur
+    l.now_cur = l.cur
+    l.new_sum = l.sum
+  else
+    local sum = 0
+    if l.K - l.k < l.n then
+      sum = l.sum + l.cur
+      for s = l.k - l.n + 1, l.K - l.n do
+        sum = sum - stored(l, s)
+      end
+    end
+    l.now_cur = 0
+    l.new_sum = sum
+    l.whole = sum
+  end
+  l.oldest = stored(l, l.K - l.n)
 end
 
 local function weight(l)
@@ -106,67 +141,89 @@ end
 -- The earliest time (ms) at which `units` fit if nothing else is admitted: the window
 -- slides slot by slot, and within a slot the interpolated count falls linearly.
 local function earliest(l, units)
+  -- c[1] is slot K-n (the oldest, partly covered), c[n+1] slot K.
+  local c = {}
+  for idx = 1, l.n do
+    c[idx] = stored(l, l.K - l.n + idx - 1)
+  end
+  c[l.n + 1] = l.now_cur
   local allowed = l.max - units
   local whole = l.whole
   for d = 0, l.n + 1 do
-    if d > 0 then
-      -- Slot k+d-n leaves the whole part and becomes the oldest.
-      if d + 1 <= l.n + 1 then whole = whole - l.c[d + 1] end
+    if d > 0 and d + 1 <= l.n + 1 then
+      -- Slot K+d-n leaves the whole part and becomes the oldest.
+      whole = whole - c[d + 1]
     end
     local oldest = 0
-    if d + 1 <= l.n + 1 then oldest = l.c[d + 1] end
+    if d + 1 <= l.n + 1 then oldest = c[d + 1] end
     local from = 0
     if d == 0 then from = l.e end
     if whole <= allowed then
       if l.strict or oldest == 0 then
         if whole + oldest <= allowed or oldest == 0 then
-          return (l.k + d) * l.p + from
+          return (l.K + d) * l.p + from
         end
       else
         local need = l.p - floor_div((allowed - whole) * l.p, oldest)
         if need < from then need = from end
-        if need < l.p then return (l.k + d) * l.p + need end
+        if need < l.p then return (l.K + d) * l.p + need end
       end
     end
   end
-  return (l.k + l.n + 2) * l.p
+  return (l.K + l.n + 2) * l.p
 end
 
+-- Writes every limit moved to K with `units` more in slot K, and the time, with the expiry.
 local function count(units)
-  local sets = {'t', now}
+  local parts = { struct.pack('<d', now) }
   for i = 0, nl - 1 do
     local l = limits[i]
-    redis.call('HINCRBY', key, i .. ':' .. l.k, units)
-    local last = l.last
-    if last >= 0 and last < l.k then
-      -- Slots now wholly out of the window go (those before last-n went earlier).
-      local stale = {}
-      local top = math.min(last, l.k - l.n - 1)
-      for s = math.max(last - l.n, 0), top do
-        stale[#stale + 1] = i .. ':' .. s
-      end
-      if #stale > 0 then redis.call('HDEL', key, unpack(stale)) end
-    end
-    if last < l.k then
-      sets[#sets + 1] = i .. ':last'
-      sets[#sets + 1] = l.k
-    end
+    parts[#parts + 1] = struct.pack('<ddd', l.K, l.now_cur + units, l.new_sum)
   end
-  redis.call('HSET', key, unpack(sets))
-  redis.call('PEXPIRE', key, ttl)
+  for i = 0, nl - 1 do
+    local l = limits[i]
+    local len = (l.n + 1) * 8
+    local ring
+    if state then
+      ring = string.sub(state, l.ring, l.ring + len - 1)
+    else
+      ring = string.rep('\0', len)
+    end
+    if state and l.K > l.k then
+      -- Slot k closes with its count; the skipped slots k+1 .. K-1 are empty (at most
+      -- n+1 of them matter: the ring's length).
+      local moved = math.min(l.K - l.k, l.n + 1)
+      local fresh = struct.pack('<d', l.cur) .. string.rep('\0', (moved - 1) * 8)
+      if l.K - l.k > l.n + 1 then
+        fresh = string.rep('\0', len)
+        moved = l.n + 1
+      end
+      local at = (l.k % (l.n + 1)) * 8
+      if l.K - l.k > l.n + 1 then at = 0 end
+      local head = math.min(moved * 8, len - at)
+      ring = string.sub(ring, 1, at) .. string.sub(fresh, 1, head) .. string.sub(ring, at + head + 1)
+      if head < moved * 8 then
+        local rest = moved * 8 - head
+        ring = string.sub(fresh, head + 1) .. string.sub(ring, rest + 1)
+      end
+    end
+    parts[#parts + 1] = ring
+  end
+  redis.call('SET', key, table.concat(parts), 'PX', ttl)
 end
 
 if mode == 'add' then
   local client, seq = ARGV[6 + nl * 4], tonumber(ARGV[7 + nl * 4] or '0')
   local field = 'a:' .. (client or '')
-  if seq > tonumber(redis.call('HGET', key, field) or '0') then
-    redis.call('HSET', key, field, seq)
+  if seq > tonumber(redis.call('HGET', book, field) or '0') then
+    redis.call('HSET', book, field, seq)
+    redis.call('PEXPIRE', book, ttl)
     if cost > 0 then count(cost) end
   end
   return {0, 0, 0, 0, now}
 end
 
--- Remaining for cost 0, over all limits.
+-- Remaining after `units`, over all limits.
 local function least_room(units)
   local best, at = nil, 0
   for i = 0, nl - 1 do

@@ -1,17 +1,22 @@
 //! One budget per key across many processes (feature `redis`): [`RedisLimiter`] runs the
 //! sliding window inside Redis, and [`HybridLimiter`] admits locally and syncs with Redis.
 //!
-//! **`RedisLimiter`** keeps, per key, one Redis hash (`<prefix>{<key>}`: the hash tag puts
-//! all of a key's data on one Cluster slot) holding the slot counters of every limit, and
-//! decides with one Lua script (`limiter.lua`, loaded once, called by SHA, reloaded on
-//! `NOSCRIPT`) that reads every window, admits only if all limits have room, counts the
-//! cost in all of them, and computes `remaining` and `retry_after`: the same semantics as
-//! the in-process sliding window (interpolated or strict, several limits, cost, only
-//! admitted units counted), at millisecond resolution. Time is the Redis server's (`TIME`
-//! inside the script, so all replicas agree) unless a caller clock is given; a time older
-//! than the key's latest never rewinds it. The hash expires after the longest `window +
-//! precision` without an admission: by then every window is empty, so the expiry changes no
-//! decision, and refused requests never touch it (no "refresh extends the window").
+//! **`RedisLimiter`** keeps, per key, one Redis string (`<prefix>{<key>}`: the hash tag puts
+//! all of a key's data on one Cluster slot) holding every limit's window as the in-process
+//! limiter does: the current slot, its units, the units of the closed slots wholly inside
+//! the window (a running sum), and a ring of the closed slots' units. It decides with one
+//! Lua script (`limiter.lua`, loaded once, called by SHA, reloaded on `NOSCRIPT`) that reads
+//! O(limits) values of that string (not one per slot), admits only if all limits have room,
+//! counts the cost in all of them, and computes `remaining` and `retry_after` (only a
+//! refusal walks the ring): the same semantics as the in-process sliding window
+//! (interpolated or strict, several limits, cost, only admitted units counted), at
+//! millisecond resolution. Time is the Redis server's (`TIME` inside the script, so all
+//! replicas agree) unless a caller clock is given; a time older than the key's latest never
+//! rewinds it. The string expires after the longest `window + precision` without an
+//! admission: by then every window is empty, so the expiry changes no decision, and refused
+//! requests never touch it (no "refresh extends the window"). A second key,
+//! `<prefix>{<key>}:book`, holds what hybrid replicas and fallbacks need (units pushed, the
+//! last `add` applied per client).
 //!
 //! A check that fails (connection error) or takes longer than the timeout (default 5 ms) is
 //! decided by the [`Fallback`]: fail open, fail closed, or a local in-process limiter with
@@ -178,6 +183,7 @@ impl Remote {
         let now = at_ms.or_else(|| self.time.now_ms()).map_or(String::new(), |ms| ms.to_string());
         let limits = u64::try_from(self.limit_args.len() / 4).unwrap_or(0);
         let mut invocation = self.script.key(redis_key);
+        invocation.key(book_key(redis_key));
         invocation.arg(mode.name()).arg(now).arg(cost).arg(self.ttl_ms).arg(limits).arg(&self.limit_args[..]);
         if let Some((client, seq)) = entry {
             invocation.arg(client).arg(seq);
@@ -196,6 +202,11 @@ impl Remote {
             ))),
         }
     }
+}
+
+/// The key of `redis_key`'s replica bookkeeping (same hash tag, so the same Cluster slot).
+fn book_key(redis_key: &str) -> String {
+    format!("{redis_key}:book")
 }
 
 /// The decision in a script's reply.
@@ -289,7 +300,7 @@ where
     pub async fn reset(&self, key: &K) -> RedisResult<bool> {
         let redis_key = self.remote.key(key);
         let mut cmd = ::redis::cmd("DEL");
-        cmd.arg(&redis_key);
+        cmd.arg(&redis_key).arg(book_key(&redis_key));
         let deleted: i64 = match self.remote.conn.clone() {
             Conn::Single(mut conn) => cmd.query_async(&mut conn).await?,
             Conn::Cluster(mut conn) => cmd.query_async(&mut conn).await?,
