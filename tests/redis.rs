@@ -64,6 +64,12 @@ fn main() -> std::process::ExitCode {
             four_hybrid_replicas_stay_within_the_documented_bound,
         ),
         trial(
+            "concurrent_checks_share_script_calls_and_decide_exactly",
+            2,
+            || RedisServer::start(&[]),
+            concurrent_checks_share_script_calls_and_decide_exactly,
+        ),
+        trial(
             "a_caller_clock_behind_the_stored_time_does_not_rewind_it",
             0,
             Standalone::get,
@@ -367,4 +373,49 @@ async fn a_caller_clock_behind_the_stored_time_does_not_rewind_it(server: Standa
     let d = b.check(&1).await;
     assert_eq!((d.decided_by(), d.is_allowed()), (DecidedBy::Server, false));
     assert_eq!(d.retry_after(), Some(Duration::from_secs(61)));
+}
+
+/// 256 checks in flight at once over 32 keys (8 per key, limit 5 per minute) on a server of
+/// the test's own: every key admits exactly 5, with the remaining counts a sequence of
+/// separate calls would give, and the server ran fewer script calls than checks (batches).
+async fn concurrent_checks_share_script_calls_and_decide_exactly(server: RedisServer) {
+    let limiter = Arc::new(
+        RedisLimiter::<u64>::builder()
+            .url(&server.url())
+            .limit(Limit::per_minute(5))
+            .prefix(&prefix("batch"))
+            .timeout(Duration::from_secs(5))
+            .build()
+            .await
+            .unwrap(),
+    );
+    redis_command(server.port, "CONFIG RESETSTAT").unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..256u64 {
+        let limiter = Arc::clone(&limiter);
+        tasks.push(tokio::spawn(async move { (i % 32, limiter.check(&(i % 32)).await) }));
+    }
+    let mut remaining: Vec<Vec<u64>> = vec![Vec::new(); 32];
+    for task in tasks {
+        let (key, d) = task.await.unwrap();
+        assert_eq!(d.decided_by(), DecidedBy::Server);
+        if d.is_allowed() {
+            remaining[key as usize].push(d.remaining());
+        } else {
+            assert!(d.retry_after().is_some(), "a refusal says when");
+        }
+    }
+    for (key, mut r) in remaining.into_iter().enumerate() {
+        r.sort_unstable();
+        assert_eq!(r, vec![0, 1, 2, 3, 4], "key {key}");
+    }
+    let stats = redis_command(server.port, "INFO commandstats").unwrap();
+    let calls: u64 = stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    eprintln!("256 concurrent checks took {calls} script calls");
+    assert!((1..256).contains(&calls), "{calls} script calls for 256 checks: not batched");
 }

@@ -18,6 +18,13 @@
 //! `<prefix>{<key>}:book`, holds what hybrid replicas and fallbacks need (units pushed, the
 //! last `add` applied per client).
 //!
+//! On one server, checks and peeks in flight at once share script calls: while
+//! `BATCHES_IN_FLIGHT` (2) calls are out, new ones queue, and the next call takes every
+//! queued one (at most 64), which the script runs one after the other in arrival order, each
+//! decided exactly as if alone. A lone check goes at once; a burst pays one round trip and
+//! one script start for many. On a Cluster, whose keys live on different nodes, each check
+//! is its own call. Each check's timeout runs from the moment it is queued.
+//!
 //! A check that fails (connection error) or takes longer than the timeout (default 5 ms) is
 //! decided by the [`Fallback`]: fail open, fail closed, or a local in-process limiter with
 //! the same limits, whose admissions are added to Redis once it answers again. The
@@ -55,7 +62,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use ::redis::cluster_async::ClusterConnection;
-use ::redis::{RedisError, RedisResult, Script};
+use ::redis::{RedisError, RedisResult, Script, ScriptInvocation};
+use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use crate::{ConfigError, Decision, Limit, Limiter, ManualClock};
 
@@ -171,7 +179,7 @@ impl Remote {
         format!("{}{{{key}}}", self.prefix)
     }
 
-    /// Runs the script for `key` (already a Redis key) within the timeout.
+    /// Runs the script for `key` (already a Redis key) within the timeout: its five replies.
     async fn call(
         &self,
         redis_key: &str,
@@ -180,14 +188,25 @@ impl Remote {
         at_ms: Option<u64>,
         entry: Option<(&str, u64)>,
     ) -> RedisResult<Vec<i64>> {
-        let now = at_ms.or_else(|| self.time.now_ms()).map_or(String::new(), |ms| ms.to_string());
-        let limits = u64::try_from(self.limit_args.len() / 4).unwrap_or(0);
-        let mut invocation = self.script.key(redis_key);
-        invocation.key(book_key(redis_key));
-        invocation.arg(mode.name()).arg(now).arg(cost).arg(self.ttl_ms).arg(limits).arg(&self.limit_args[..]);
+        let mut invocation = self.invocation(at_ms);
+        invocation.key(redis_key).key(book_key(redis_key)).arg(mode.name()).arg(cost);
         if let Some((client, seq)) = entry {
             invocation.arg(client).arg(seq);
         }
+        self.invoke(&invocation).await
+    }
+
+    /// An invocation of the script with the time and the limits, and no entry yet.
+    fn invocation(&self, at_ms: Option<u64>) -> ScriptInvocation<'_> {
+        let now = at_ms.or_else(|| self.time.now_ms()).map_or(String::new(), |ms| ms.to_string());
+        let limits = u64::try_from(self.limit_args.len() / 4).unwrap_or(0);
+        let mut invocation = self.script.prepare_invoke();
+        invocation.arg(now).arg(self.ttl_ms).arg(limits).arg(&self.limit_args[..]);
+        invocation
+    }
+
+    /// Runs `invocation` within the timeout.
+    async fn invoke(&self, invocation: &ScriptInvocation<'_>) -> RedisResult<Vec<i64>> {
         let run = async {
             match self.conn.clone() {
                 Conn::Single(mut conn) => invocation.invoke_async(&mut conn).await,
@@ -201,6 +220,71 @@ impl Remote {
                 "redis check timed out",
             ))),
         }
+    }
+
+    /// Runs the checks of `batch` in one call, in order, and hands each its replies.
+    async fn call_batch(&self, batch: Vec<Pending>) {
+        let mut invocation = self.invocation(None);
+        for p in &batch {
+            invocation.key(&p.redis_key).key(book_key(&p.redis_key)).arg(p.mode.name()).arg(p.cost);
+        }
+        match self.invoke(&invocation).await {
+            Ok(replies) if replies.len() == batch.len().saturating_mul(5) => {
+                for (p, reply) in batch.into_iter().zip(replies.chunks(5)) {
+                    // A check that gave up waiting has dropped its receiver.
+                    let _ = p.reply.send(Ok(reply.to_vec()));
+                }
+            }
+            Ok(_) => {
+                for p in batch {
+                    let _ = p.reply.send(Err(RedisError::from(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        "short script reply",
+                    ))));
+                }
+            }
+            Err(e) => {
+                for p in batch {
+                    let _ = p.reply.send(Err(e.clone()));
+                }
+            }
+        }
+    }
+}
+
+/// A check waiting for its batch (standalone servers): see [`batches`].
+struct Pending {
+    redis_key: String,
+    mode: Mode,
+    cost: u64,
+    reply: oneshot::Sender<RedisResult<Vec<i64>>>,
+}
+
+/// The most checks sent in one script call.
+const MOST_PER_BATCH: usize = 64;
+/// The most batches in flight at once: while all are out, checks queue and form the next
+/// batch, so a burst of concurrent checks shares calls while a lone check goes at once.
+const BATCHES_IN_FLIGHT: usize = 2;
+
+/// Sends the checks queued on `queue` to Redis, batched: takes a batch slot, then every
+/// check queued by then (at most [`MOST_PER_BATCH`]) in one script call. Ends when the
+/// limiter (the queue's sender) is dropped.
+async fn batches(remote: Arc<Remote>, mut queue: mpsc::UnboundedReceiver<Pending>) {
+    let slots = Arc::new(Semaphore::new(BATCHES_IN_FLIGHT));
+    while let Some(first) = queue.recv().await {
+        let Ok(slot) = Arc::clone(&slots).acquire_owned().await else { return };
+        let mut batch = vec![first];
+        while batch.len() < MOST_PER_BATCH {
+            match queue.try_recv() {
+                Ok(p) => batch.push(p),
+                Err(_) => break,
+            }
+        }
+        let remote = Arc::clone(&remote);
+        tokio::spawn(async move {
+            remote.call_batch(batch).await;
+            drop(slot);
+        });
     }
 }
 
@@ -237,6 +321,9 @@ pub struct RedisLimiter<K> {
     seq: AtomicU64,
     /// `retry_after` of a fail-closed refusal.
     closed_retry: Duration,
+    /// The queue of checks and peeks batched into shared script calls (a standalone
+    /// server; on a Cluster, whose keys live on different nodes, each goes alone).
+    batcher: Option<mpsc::UnboundedSender<Pending>>,
 }
 
 impl<K> fmt::Debug for RedisLimiter<K> {
@@ -317,8 +404,21 @@ where
         if !self.repay().await {
             return self.fall_back(key, redis_key, mode, cost);
         }
-        match self.remote.call(&redis_key, mode, cost, None, None).await.ok().as_deref().and_then(decision_of)
-        {
+        let reply = match &self.batcher {
+            Some(queue) if matches!(mode, Mode::Check | Mode::Peek) => {
+                let (reply, answer) = oneshot::channel();
+                let pending = Pending { redis_key: redis_key.clone(), mode, cost, reply };
+                match queue.send(pending) {
+                    Ok(()) => match tokio::time::timeout(self.remote.timeout, answer).await {
+                        Ok(Ok(reply)) => reply.ok(),
+                        _ => None,
+                    },
+                    Err(_) => None,
+                }
+            }
+            _ => self.remote.call(&redis_key, mode, cost, None, None).await.ok(),
+        };
+        match reply.as_deref().and_then(decision_of) {
             Some(decision) => Checked::new(decision, DecidedBy::Server),
             None => self.fall_back(key, redis_key, mode, cost),
         }
@@ -558,11 +658,20 @@ where
     /// Validates the limits, connects, and returns the limiter.
     pub async fn build(self) -> Result<RedisLimiter<K>, SetupError> {
         let local = self.local()?;
-        let remote = self.remote().await?;
+        let remote = Arc::new(self.remote().await?);
         let closed_retry =
             self.limits.iter().map(Limit::get_precision).min().unwrap_or(Duration::from_secs(1));
+        let batcher = match remote.conn {
+            Conn::Single(_) => {
+                let (queue, pending) = mpsc::unbounded_channel();
+                tokio::spawn(batches(Arc::clone(&remote), pending));
+                Some(queue)
+            }
+            Conn::Cluster(_) => None,
+        };
         Ok(RedisLimiter {
-            remote: Arc::new(remote),
+            batcher,
+            remote,
             fallback: self.fallback,
             local: (self.fallback == Fallback::Local).then_some(local),
             owed: Mutex::new(Vec::new()),
