@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use slidegate::redis::{DecidedBy, Fallback, RedisLimiter};
 use slidegate::{Limit, Limiter, ManualClock};
-use support::servers::{redis_command, trial, Cluster, RedisServer, Standalone};
+use support::servers::{redis_command, redis_module, trial, Cluster, RedisServer, Standalone};
 
 fn main() -> std::process::ExitCode {
     support::servers::run(vec![
@@ -67,6 +67,24 @@ fn main() -> std::process::ExitCode {
             "concurrent_checks_share_script_calls_and_decide_exactly",
             2,
             || RedisServer::start(&[]),
+            concurrent_checks_share_script_calls_and_decide_exactly,
+        ),
+        trial(
+            "the_module_decides_exactly_as_the_in_process_limiter",
+            0,
+            with_module,
+            the_module_decides_exactly_as_the_in_process_limiter,
+        ),
+        trial(
+            "the_module_and_the_script_take_turns_on_the_same_keys",
+            0,
+            with_module,
+            the_module_and_the_script_take_turns_on_the_same_keys,
+        ),
+        trial(
+            "concurrent_checks_through_the_module_share_calls_and_decide_exactly",
+            2,
+            with_module,
             concurrent_checks_share_script_calls_and_decide_exactly,
         ),
         trial(
@@ -376,8 +394,9 @@ async fn a_caller_clock_behind_the_stored_time_does_not_rewind_it(server: Standa
 }
 
 /// 256 checks in flight at once over 32 keys (8 per key, limit 5 per minute) on a server of
-/// the test's own: every key admits exactly 5, with the remaining counts a sequence of
-/// separate calls would give, and the server ran fewer script calls than checks (batches).
+/// the test's own (with or without the module): every key admits exactly 5, with the
+/// remaining counts a sequence of separate calls would give, and the server ran fewer calls
+/// than checks (batches).
 async fn concurrent_checks_share_script_calls_and_decide_exactly(server: RedisServer) {
     let limiter = Arc::new(
         RedisLimiter::<u64>::builder()
@@ -410,12 +429,71 @@ async fn concurrent_checks_share_script_calls_and_decide_exactly(server: RedisSe
         assert_eq!(r, vec![0, 1, 2, 3, 4], "key {key}");
     }
     let stats = redis_command(server.port, "INFO commandstats").unwrap();
+    // Script calls, or the module's command's.
     let calls: u64 = stats
         .lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0);
+        .filter_map(|l| {
+            l.strip_prefix("cmdstat_evalsha:calls=")
+                .or_else(|| l.strip_prefix("cmdstat_slidegate.run:calls="))
+        })
+        .filter_map(|rest| rest.split(',').next()?.parse::<u64>().ok())
+        .sum();
     eprintln!("256 concurrent checks took {calls} script calls");
     assert!((1..256).contains(&calls), "{calls} script calls for 256 checks: not batched");
+}
+
+/// A server of the test's own with slidegate's module loaded.
+fn with_module() -> Result<RedisServer, String> {
+    let module = redis_module()?;
+    RedisServer::start(&["--loadmodule", &module])
+}
+
+async fn the_module_decides_exactly_as_the_in_process_limiter(server: RedisServer) {
+    let url = server.url();
+    let probe = RedisLimiter::<u64>::builder().url(&url).limit(Limit::per_second(1)).build().await.unwrap();
+    assert!(probe.uses_module(), "the server has the module");
+    same_decisions_as_in_process(standalone_builder(url), "module").await;
+}
+
+/// One limiter through the module, one through the script, on the same keys in turns at
+/// random: every decision is the in-process limiter's (they read and write the same data).
+async fn the_module_and_the_script_take_turns_on_the_same_keys(server: RedisServer) {
+    let url = server.url();
+    for (set, limits) in limit_sets().iter().enumerate() {
+        let clock = ManualClock::new();
+        clock.advance(Duration::from_millis(1_000_000));
+        let prefix = format!("{}{set}", prefix("turns"));
+        let build = |module: bool| {
+            let mut b = standalone_builder(url.clone())(&clock, limits, &prefix).module(module);
+            b = b.timeout(Duration::from_secs(2));
+            b.build()
+        };
+        let (native, script) = (build(true).await.unwrap(), build(false).await.unwrap());
+        assert!(native.uses_module() && !script.uses_module());
+        let mut local = Limiter::<u64>::builder().clock(clock.clone());
+        for limit in limits {
+            local = local.limit(*limit);
+        }
+        let local = local.build().unwrap();
+        let mut rng = Rng(set as u64 + 11);
+        for step in 0..300 {
+            if rng.below(10) < 3 {
+                let span = [10, 2_000, 30_000, 600_000][rng.below(4) as usize];
+                clock.advance(Duration::from_millis(1 + rng.below(span)));
+            }
+            let key = rng.below(3);
+            let cost = [0, 1, 1, 1, 2, 3][rng.below(6) as usize];
+            let remote = if rng.below(2) == 0 { &native } else { &script };
+            let (ours, theirs) = (local.check_n(&key, cost), remote.check_n(&key, cost).await);
+            let what = format!("set {set} step {step} key {key} cost {cost} module {}", remote.uses_module());
+            assert_eq!(theirs.decided_by(), DecidedBy::Server, "{what}");
+            assert_eq!(
+                (theirs.is_allowed(), theirs.remaining()),
+                (ours.is_allowed(), ours.remaining()),
+                "{what}"
+            );
+            let ms = |d: Option<Duration>| d.map(|d| d.as_nanos().div_ceil(1_000_000));
+            assert_eq!(ms(theirs.retry_after()), ms(ours.retry_after()), "{what}");
+        }
+    }
 }

@@ -18,6 +18,12 @@
 //! `<prefix>{<key>}:book`, holds what hybrid replicas and fallbacks need (units pushed, the
 //! last `add` applied per client).
 //!
+//! A server that loaded slidegate's Redis module (crate `slidegate-redis-module`,
+//! `libslidegate_redis.so`) answers checks and peeks through its command `SLIDEGATE.RUN`:
+//! the same window in native code, on the same data, with the script's arguments and
+//! replies. The limiter looks for it when built ([`RedisLimiterBuilder::module`],
+//! [`RedisLimiter::uses_module`]).
+//!
 //! On one server, checks and peeks in flight at once share script calls: while
 //! `BATCHES_IN_FLIGHT` (2) calls are out, new ones queue, and the next call takes every
 //! queued one (at most 64), which the script runs one after the other in arrival order, each
@@ -62,7 +68,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use ::redis::cluster_async::ClusterConnection;
-use ::redis::{RedisError, RedisResult, Script, ScriptInvocation};
+use ::redis::{RedisError, RedisResult, Script};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use crate::{ConfigError, Decision, Limit, Limiter, ManualClock};
@@ -172,6 +178,8 @@ struct Remote {
     ttl_ms: u64,
     time: Time,
     timeout: Duration,
+    /// The server has slidegate's module (`SLIDEGATE.RUN`), and the builder allows it.
+    native: bool,
 }
 
 impl Remote {
@@ -188,29 +196,41 @@ impl Remote {
         at_ms: Option<u64>,
         entry: Option<(&str, u64)>,
     ) -> RedisResult<Vec<i64>> {
-        let mut invocation = self.invocation(at_ms);
-        invocation.key(redis_key).key(book_key(redis_key)).arg(mode.name()).arg(cost);
+        let mut call = self.prepare(at_ms);
+        call.entry(redis_key, mode, cost);
         if let Some((client, seq)) = entry {
-            invocation.arg(client).arg(seq);
+            call.args.extend([client.to_owned(), seq.to_string()]);
         }
-        self.invoke(&invocation).await
+        self.invoke(&call).await
     }
 
-    /// An invocation of the script with the time and the limits, and no entry yet.
-    fn invocation(&self, at_ms: Option<u64>) -> ScriptInvocation<'_> {
+    /// A call with the time and the limits, and no entry yet.
+    fn prepare(&self, at_ms: Option<u64>) -> Call {
         let now = at_ms.or_else(|| self.time.now_ms()).map_or(String::new(), |ms| ms.to_string());
-        let limits = u64::try_from(self.limit_args.len() / 4).unwrap_or(0);
-        let mut invocation = self.script.prepare_invoke();
-        invocation.arg(now).arg(self.ttl_ms).arg(limits).arg(&self.limit_args[..]);
-        invocation
+        let limits = self.limit_args.len() / 4;
+        let mut args = vec![now, self.ttl_ms.to_string(), limits.to_string()];
+        args.extend(self.limit_args.iter().map(u64::to_string));
+        Call { keys: Vec::new(), args, native: self.native }
     }
 
-    /// Runs `invocation` within the timeout.
-    async fn invoke(&self, invocation: &ScriptInvocation<'_>) -> RedisResult<Vec<i64>> {
+    /// Runs `call` within the timeout: through the server's `SLIDEGATE.RUN` when it has it
+    /// and the call only checks and peeks, else through the script.
+    async fn invoke(&self, call: &Call) -> RedisResult<Vec<i64>> {
         let run = async {
-            match self.conn.clone() {
-                Conn::Single(mut conn) => invocation.invoke_async(&mut conn).await,
-                Conn::Cluster(mut conn) => invocation.invoke_async(&mut conn).await,
+            if call.native {
+                let mut cmd = ::redis::cmd("SLIDEGATE.RUN");
+                cmd.arg(call.keys.first()).arg(call.keys.len()).arg(&call.keys).arg(&call.args);
+                match self.conn.clone() {
+                    Conn::Single(mut conn) => cmd.query_async(&mut conn).await,
+                    Conn::Cluster(mut conn) => cmd.query_async(&mut conn).await,
+                }
+            } else {
+                let mut invocation = self.script.prepare_invoke();
+                invocation.key(&call.keys).arg(&call.args);
+                match self.conn.clone() {
+                    Conn::Single(mut conn) => invocation.invoke_async(&mut conn).await,
+                    Conn::Cluster(mut conn) => invocation.invoke_async(&mut conn).await,
+                }
             }
         };
         match tokio::time::timeout(self.timeout, run).await {
@@ -224,11 +244,11 @@ impl Remote {
 
     /// Runs the checks of `batch` in one call, in order, and hands each its replies.
     async fn call_batch(&self, batch: Vec<Pending>) {
-        let mut invocation = self.invocation(None);
+        let mut call = self.prepare(None);
         for p in &batch {
-            invocation.key(&p.redis_key).key(book_key(&p.redis_key)).arg(p.mode.name()).arg(p.cost);
+            call.entry(&p.redis_key, p.mode, p.cost);
         }
-        match self.invoke(&invocation).await {
+        match self.invoke(&call).await {
             Ok(replies) if replies.len() == batch.len().saturating_mul(5) => {
                 for (p, reply) in batch.into_iter().zip(replies.chunks(5)) {
                     // A check that gave up waiting has dropped its receiver.
@@ -249,6 +269,24 @@ impl Remote {
                 }
             }
         }
+    }
+}
+
+/// The keys and arguments of one call (the script's, or `SLIDEGATE.RUN`'s after its first
+/// key), and whether it may go to the module.
+struct Call {
+    keys: Vec<String>,
+    args: Vec<String>,
+    native: bool,
+}
+
+impl Call {
+    /// Appends an entry: the key, its bookkeeping key, the mode and the cost. Only checks
+    /// and peeks run in the module.
+    fn entry(&mut self, redis_key: &str, mode: Mode, cost: u64) {
+        self.keys.extend([redis_key.to_owned(), book_key(redis_key)]);
+        self.args.extend([mode.name().to_owned(), cost.to_string()]);
+        self.native &= matches!(mode, Mode::Check | Mode::Peek);
     }
 }
 
@@ -362,9 +400,27 @@ where
             time: Time::Server,
             prefix: "slidegate:".to_owned(),
             sync_interval: Duration::from_millis(50),
+            module: true,
             batch: 1000,
             _key: std::marker::PhantomData,
         }
+    }
+
+    /// Whether checks and peeks go to slidegate's Redis module (`SLIDEGATE.RUN`) rather
+    /// than the script: the server had it when the limiter was built, and
+    /// [`module`](RedisLimiterBuilder::module) allowed it.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), slidegate::redis::SetupError> {
+    /// use slidegate::redis::RedisLimiter;
+    /// use slidegate::Limit;
+    /// let limiter = RedisLimiter::<u64>::builder().url("redis://127.0.0.1:6379").limit(Limit::per_second(10)).build().await?;
+    /// println!("native window: {}", limiter.uses_module());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn uses_module(&self) -> bool {
+        self.remote.native
     }
 
     /// Checks a request of cost 1.
@@ -505,6 +561,7 @@ pub struct RedisLimiterBuilder<K> {
     prefix: String,
     sync_interval: Duration,
     batch: u64,
+    module: bool,
     _key: std::marker::PhantomData<fn() -> K>,
 }
 
@@ -569,6 +626,23 @@ where
     /// tests, and for callers who keep their own time.
     pub fn clock(mut self, clock: ManualClock) -> Self {
         self.time = Time::Manual(clock);
+        self
+    }
+
+    /// Whether checks and peeks use slidegate's Redis module (`SLIDEGATE.RUN`, from
+    /// `libslidegate_redis.so`, crate `slidegate-redis-module`) when the server has it
+    /// (default: yes). The module decides exactly as the script, on the same data, at a
+    /// third of its server time per check; servers without it (managed Redis often allows
+    /// no modules) get the script. On a Cluster, load it on every node or on none.
+    ///
+    /// ```
+    /// use slidegate::redis::RedisLimiter;
+    /// use slidegate::Limit;
+    /// let script_only = RedisLimiter::<u64>::builder().limit(Limit::per_second(10)).module(false);
+    /// # let _ = script_only;
+    /// ```
+    pub fn module(mut self, use_it: bool) -> Self {
+        self.module = use_it;
         self
     }
 
@@ -644,7 +718,17 @@ where
                 Conn::Cluster(client.get_async_connection().await?)
             }
         };
+        let native = self.module && {
+            let mut info = ::redis::cmd("COMMAND");
+            info.arg("INFO").arg("slidegate.run");
+            let reply: RedisResult<Vec<::redis::Value>> = match conn.clone() {
+                Conn::Single(mut c) => info.query_async(&mut c).await,
+                Conn::Cluster(mut c) => info.query_async(&mut c).await,
+            };
+            reply.is_ok_and(|r| r.first().is_some_and(|v| !matches!(v, ::redis::Value::Nil)))
+        };
         Ok(Remote {
+            native,
             conn,
             script: Script::new(include_str!("limiter.lua")),
             prefix: self.prefix.clone(),

@@ -350,3 +350,18 @@ impl Drop for Memcached {
         }
     }
 }
+
+/// slidegate's Redis module (crate `slidegate-redis-module`): `SLIDEGATE_REDIS_MODULE`, or
+/// the release build in this workspace's target directory.
+pub fn redis_module() -> Result<String, String> {
+    let path = std::env::var("SLIDEGATE_REDIS_MODULE")
+        .unwrap_or_else(|_| format!("{}/target/release/libslidegate_redis.so", env!("CARGO_MANIFEST_DIR")));
+    if std::path::Path::new(&path).exists() {
+        Ok(path)
+    } else {
+        Err(unavailable(
+            "slidegate's Redis module",
+            &format!("{path} is not built (cargo build --release -p slidegate-redis-module)"),
+        ))
+    }
+}

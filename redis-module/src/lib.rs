@@ -1,0 +1,280 @@
+//! slidegate's sliding window as a Redis module: `redis-server --loadmodule
+//! libslidegate_redis.so` adds the command `SLIDEGATE.RUN`, which `RedisLimiter` uses for
+//! its checks and peeks when the server has it (and its Lua script otherwise).
+//!
+//! `SLIDEGATE.RUN <first key> <numkeys> <keys...> <args...>` takes what `EVALSHA <sha>
+//! <numkeys> <keys...> <args...>` of `src/redis/limiter.lua` takes (the first key in front,
+//! so that a Cluster client routes it), for the modes `check` and `peek`, and returns what
+//! the script returns, reading and writing the same bytes ([`window`]). The window is
+//! updated in place (`RedisModule_StringDMA`) and its expiry set (`RedisModule_SetExpire`);
+//! replicas and the AOF receive the effect (`SET key value PX ttl`), not the command, since
+//! the server's time differs on a replica.
+//!
+//! The module API is reached without C: `RedisModule_OnLoad` receives the server's
+//! `RedisModule_GetApi` in the context's first word (as `redismodule.h`'s
+//! `RedisModule_Init` reads it) and asks it for each function used.
+
+pub mod window;
+
+use std::ffi::{c_char, c_int, c_longlong, c_void, CStr};
+use std::sync::OnceLock;
+
+use window::{Layout, Limit, Mode};
+
+/// The server's context of a call (opaque).
+#[repr(C)]
+pub struct RedisModuleCtx {
+    _private: [u8; 0],
+}
+/// A server string (opaque).
+#[repr(C)]
+pub struct RedisModuleString {
+    _private: [u8; 0],
+}
+/// An open key (opaque).
+#[repr(C)]
+pub struct RedisModuleKey {
+    _private: [u8; 0],
+}
+
+const OK: c_int = 0;
+const ERR: c_int = 1;
+const APIVER_1: c_int = 1;
+const READ: c_int = 1;
+const WRITE: c_int = 1 << 1;
+const KEYTYPE_EMPTY: c_int = 0;
+const KEYTYPE_STRING: c_int = 1;
+
+type CmdFunc = extern "C" fn(*mut RedisModuleCtx, *mut *mut RedisModuleString, c_int) -> c_int;
+
+/// The module API functions used, as the server hands them out.
+struct Api {
+    create_command: unsafe extern "C" fn(
+        *mut RedisModuleCtx,
+        *const c_char,
+        CmdFunc,
+        *const c_char,
+        c_int,
+        c_int,
+        c_int,
+    ) -> c_int,
+    set_module_attribs: unsafe extern "C" fn(*mut RedisModuleCtx, *const c_char, c_int, c_int),
+    reply_with_long_long: unsafe extern "C" fn(*mut RedisModuleCtx, c_longlong) -> c_int,
+    reply_with_error: unsafe extern "C" fn(*mut RedisModuleCtx, *const c_char) -> c_int,
+    reply_with_array: unsafe extern "C" fn(*mut RedisModuleCtx, std::ffi::c_long) -> c_int,
+    open_key: unsafe extern "C" fn(*mut RedisModuleCtx, *mut RedisModuleString, c_int) -> *mut RedisModuleKey,
+    close_key: unsafe extern "C" fn(*mut RedisModuleKey),
+    key_type: unsafe extern "C" fn(*mut RedisModuleKey) -> c_int,
+    string_ptr_len: unsafe extern "C" fn(*const RedisModuleString, *mut usize) -> *const c_char,
+    string_dma: unsafe extern "C" fn(*mut RedisModuleKey, *mut usize, c_int) -> *mut c_char,
+    string_truncate: unsafe extern "C" fn(*mut RedisModuleKey, usize) -> c_int,
+    set_expire: unsafe extern "C" fn(*mut RedisModuleKey, c_longlong) -> c_int,
+    replicate: unsafe extern "C" fn(*mut RedisModuleCtx, *const c_char, *const c_char, ...) -> c_int,
+    milliseconds: unsafe extern "C" fn() -> c_longlong,
+}
+
+static API: OnceLock<Api> = OnceLock::new();
+
+type GetApi = unsafe extern "C" fn(*const c_char, *mut *mut c_void) -> c_int;
+
+/// Asks the server for `name`'s function pointer.
+///
+/// # Safety
+/// `get_api` is the server's `RedisModule_GetApi`, and `F` the function pointer type of
+/// `name` in `redismodule.h`.
+unsafe fn lookup<F: Copy>(get_api: GetApi, name: &CStr) -> Option<F> {
+    let mut ptr: *mut c_void = std::ptr::null_mut();
+    // SAFETY: `get_api` is the server's, per the contract; it writes a function pointer
+    // into `ptr` or returns an error.
+    if unsafe { get_api(name.as_ptr(), &mut ptr) } != OK || ptr.is_null() {
+        return None;
+    }
+    // SAFETY: `F` is a function pointer type (the size of a pointer) matching the function's
+    // C signature, per the contract.
+    Some(unsafe { std::mem::transmute_copy::<*mut c_void, F>(&ptr) })
+}
+
+/// Called by the server when it loads the module.
+///
+/// # Safety
+/// Called by Redis with a valid context, as the module API documents.
+#[no_mangle]
+pub unsafe extern "C" fn RedisModule_OnLoad(
+    ctx: *mut RedisModuleCtx,
+    _argv: *mut *mut RedisModuleString,
+    _argc: c_int,
+) -> c_int {
+    // SAFETY: the server puts `RedisModule_GetApi` in the context's first word, which is
+    // what `redismodule.h`'s `RedisModule_Init` reads.
+    let get_api: GetApi =
+        unsafe { std::mem::transmute_copy::<*mut c_void, GetApi>(&*ctx.cast::<*mut c_void>()) };
+    // SAFETY: each name is paired with its signature from `redismodule.h`.
+    let api = unsafe {
+        (|| {
+            Some(Api {
+                create_command: lookup(get_api, c"RedisModule_CreateCommand")?,
+                set_module_attribs: lookup(get_api, c"RedisModule_SetModuleAttribs")?,
+                reply_with_long_long: lookup(get_api, c"RedisModule_ReplyWithLongLong")?,
+                reply_with_error: lookup(get_api, c"RedisModule_ReplyWithError")?,
+                reply_with_array: lookup(get_api, c"RedisModule_ReplyWithArray")?,
+                open_key: lookup(get_api, c"RedisModule_OpenKey")?,
+                close_key: lookup(get_api, c"RedisModule_CloseKey")?,
+                key_type: lookup(get_api, c"RedisModule_KeyType")?,
+                string_ptr_len: lookup(get_api, c"RedisModule_StringPtrLen")?,
+                string_dma: lookup(get_api, c"RedisModule_StringDMA")?,
+                string_truncate: lookup(get_api, c"RedisModule_StringTruncate")?,
+                set_expire: lookup(get_api, c"RedisModule_SetExpire")?,
+                replicate: lookup(get_api, c"RedisModule_Replicate")?,
+                milliseconds: lookup(get_api, c"RedisModule_Milliseconds")?,
+            })
+        })()
+    };
+    let Some(api) = api else { return ERR };
+    let api = API.get_or_init(|| api);
+    // SAFETY: `ctx` is the loading context; the strings are NUL-terminated statics.
+    unsafe {
+        (api.set_module_attribs)(ctx, c"slidegate".as_ptr(), 1, APIVER_1);
+        (api.create_command)(ctx, c"slidegate.run".as_ptr(), run_command, c"write deny-oom".as_ptr(), 1, 1, 1)
+    }
+}
+
+/// The bytes of argument `s`.
+///
+/// # Safety
+/// `s` is a valid module string that outlives `'a` (the command's arguments do).
+unsafe fn bytes<'a>(api: &Api, s: *mut RedisModuleString) -> &'a [u8] {
+    let mut len = 0usize;
+    // SAFETY: per the contract; the server returns a pointer to `len` bytes it owns.
+    unsafe {
+        let ptr = (api.string_ptr_len)(s, &mut len);
+        if ptr.is_null() {
+            return &[];
+        }
+        std::slice::from_raw_parts(ptr.cast::<u8>(), len)
+    }
+}
+
+fn int(bytes: &[u8]) -> Option<i64> {
+    std::str::from_utf8(bytes).ok()?.parse().ok()
+}
+
+/// The parsed command: its entries (key, mode, cost), the time, the TTL and the layout.
+struct Parsed {
+    entries: Vec<(*mut RedisModuleString, Mode, i64)>,
+    now: Option<i64>,
+    ttl: i64,
+    layout: Layout,
+}
+
+fn parse(api: &Api, args: &[*mut RedisModuleString]) -> Result<Parsed, &'static CStr> {
+    // SAFETY: every argument is a valid string for the command's duration.
+    let arg = |i: usize| args.get(i).map(|&s| unsafe { bytes(api, s) });
+    let bad = c"ERR slidegate.run: malformed arguments";
+    let numkeys = usize::try_from(arg(2).and_then(int).ok_or(bad)?).map_err(|_| bad)?;
+    let at = 3usize.checked_add(numkeys).ok_or(bad)?;
+    let now = arg(at).ok_or(bad)?;
+    let now = if now.is_empty() { None } else { Some(int(now).ok_or(bad)?) };
+    let ttl = arg(at + 1).and_then(int).ok_or(bad)?;
+    let nl = usize::try_from(arg(at + 2).and_then(int).ok_or(bad)?).map_err(|_| bad)?;
+    let mut limits = Vec::with_capacity(nl.min(64));
+    for i in 0..nl {
+        let b = at.saturating_add(3).saturating_add(i.saturating_mul(4));
+        let (max, window, p) = (arg(b).and_then(int), arg(b + 1).and_then(int), arg(b + 2).and_then(int));
+        let (max, window, p) = (max.ok_or(bad)?, window.ok_or(bad)?, p.ok_or(bad)?);
+        if p <= 0 || window % p != 0 {
+            return Err(bad);
+        }
+        limits.push(Limit { max, p, n: window / p, strict: arg(b + 3) == Some(b"1".as_slice()) });
+    }
+    let layout = Layout::new(limits).ok_or(bad)?;
+    let first = at.saturating_add(3).saturating_add(nl.saturating_mul(4));
+    let mut entries = Vec::with_capacity(numkeys / 2);
+    for j in 0..numkeys / 2 {
+        let key = *args.get(3 + j * 2).ok_or(bad)?;
+        let mode = match arg(first + j * 2).ok_or(bad)? {
+            b"check" => Mode::Check,
+            b"peek" => Mode::Peek,
+            _ => return Err(c"ERR slidegate.run: only check and peek (add and push use the script)"),
+        };
+        let cost = arg(first + j * 2 + 1).and_then(int).ok_or(bad)?;
+        entries.push((key, mode, cost));
+    }
+    Ok(Parsed { entries, now, ttl, layout })
+}
+
+extern "C" fn run_command(ctx: *mut RedisModuleCtx, argv: *mut *mut RedisModuleString, argc: c_int) -> c_int {
+    let Some(api) = API.get() else { return ERR };
+    let args: &[*mut RedisModuleString] = match usize::try_from(argc) {
+        // SAFETY: the server passes `argc` valid argument pointers.
+        Ok(n) if !argv.is_null() => unsafe { std::slice::from_raw_parts(argv, n) },
+        _ => &[],
+    };
+    let parsed = match parse(api, args) {
+        Ok(parsed) => parsed,
+        // SAFETY: `ctx` is the command's context; the message is a NUL-terminated static.
+        Err(message) => return unsafe { (api.reply_with_error)(ctx, message.as_ptr()) },
+    };
+    // SAFETY: no arguments; the server's clock in ms.
+    let server_now = parsed.now.unwrap_or_else(|| unsafe { (api.milliseconds)() });
+    let mut replies = Vec::with_capacity(parsed.entries.len().saturating_mul(5));
+    for &(name, mode, cost) in &parsed.entries {
+        // SAFETY: `ctx` and the key name are the command's; the key is closed below, and
+        // the DMA pointer is used only while it is open, for the length the server gave.
+        unsafe {
+            let key = (api.open_key)(ctx, name, READ | WRITE);
+            if key.is_null() {
+                return (api.reply_with_error)(ctx, c"ERR slidegate.run: cannot open a key".as_ptr());
+            }
+            let kind = (api.key_type)(key);
+            if kind != KEYTYPE_EMPTY && kind != KEYTYPE_STRING {
+                (api.close_key)(key);
+                return (api.reply_with_error)(
+                    ctx,
+                    c"WRONGTYPE Operation against a key holding the wrong kind of value".as_ptr(),
+                );
+            }
+            let state = if kind == KEYTYPE_STRING {
+                let mut len = 0usize;
+                let ptr = (api.string_dma)(key, &mut len, READ);
+                (!ptr.is_null()).then(|| std::slice::from_raw_parts(ptr.cast::<u8>(), len).to_vec())
+            } else {
+                None
+            };
+            let outcome = window::run(&parsed.layout, state.as_deref(), server_now, mode, cost);
+            if let Some(written) = &outcome.written {
+                let mut len = 0usize;
+                let same = state.as_ref().is_some_and(|s| s.len() == written.len());
+                if !same {
+                    (api.string_truncate)(key, written.len());
+                }
+                let ptr = (api.string_dma)(key, &mut len, WRITE);
+                if !ptr.is_null() && len == written.len() {
+                    std::ptr::copy_nonoverlapping(written.as_ptr(), ptr.cast::<u8>(), len);
+                }
+                (api.set_expire)(key, parsed.ttl);
+                // Replicas and the AOF get the effect, not the command: the server's time
+                // differs on a replica.
+                (api.replicate)(
+                    ctx,
+                    c"SET".as_ptr(),
+                    c"sbcl".as_ptr(),
+                    name,
+                    written.as_ptr().cast::<c_char>(),
+                    written.len(),
+                    c"PX".as_ptr(),
+                    c_longlong::from(parsed.ttl),
+                );
+            }
+            (api.close_key)(key);
+            replies.extend(outcome.reply);
+        }
+    }
+    // SAFETY: `ctx` is the command's context.
+    unsafe {
+        (api.reply_with_array)(ctx, std::ffi::c_long::try_from(replies.len()).unwrap_or(0));
+        for value in replies {
+            (api.reply_with_long_long)(ctx, value);
+        }
+    }
+    OK
+}
