@@ -88,6 +88,12 @@ fn main() -> std::process::ExitCode {
             concurrent_checks_share_script_calls_and_decide_exactly,
         ),
         trial(
+            "the_module_answers_malformed_calls_with_errors",
+            0,
+            with_module,
+            the_module_answers_malformed_calls_with_errors,
+        ),
+        trial(
             "a_caller_clock_behind_the_stored_time_does_not_rewind_it",
             0,
             Standalone::get,
@@ -496,4 +502,32 @@ async fn the_module_and_the_script_take_turns_on_the_same_keys(server: RedisServ
             assert_eq!(ms(theirs.retry_after()), ms(ours.retry_after()), "{what}");
         }
     }
+}
+
+/// Any client may send `SLIDEGATE.RUN`: malformed calls get an error (never a crash, never
+/// an allocation the arguments choose without bound), and a good call still works after.
+async fn the_module_answers_malformed_calls_with_errors(server: RedisServer) {
+    let port = server.port;
+    redis_command(port, "RPUSH alist x").unwrap();
+    for call in [
+        "SLIDEGATE.RUN",
+        "SLIDEGATE.RUN k",
+        "SLIDEGATE.RUN k 2 k k:book",
+        "SLIDEGATE.RUN k 2 k k:book 1000 2000 1 3 1000 1000 0 check",
+        "SLIDEGATE.RUN k 2 k k:book 1000 2000 1 3 1000 1000 0 check -1",
+        "SLIDEGATE.RUN k 2 k k:book 1000 2000 1 3 1000 1000 0 add 1",
+        "SLIDEGATE.RUN k 99999999999 k",
+        "SLIDEGATE.RUN k 2 k k:book 1000 2000 99999999 3 1000 1000 0 check 1",
+        "SLIDEGATE.RUN k 2 k k:book 1000 2000 1 3 4000000000 1 0 check 1",
+        "SLIDEGATE.RUN k 2 k k:book 1000 2000 1 3 1000 0 0 check 1",
+        "SLIDEGATE.RUN k 2 k k:book 1000 2000 1 -3 1000 1000 0 check 1",
+        "SLIDEGATE.RUN k 2 k k:book x 2000 1 3 1000 1000 0 check 1",
+        "SLIDEGATE.RUN alist 2 alist alist:book 1000 2000 1 3 1000 1000 0 check 1",
+    ] {
+        let reply = redis_command(port, call).unwrap_or_default();
+        assert!(reply.starts_with('-'), "{call}: {reply:?}");
+    }
+    assert_eq!(redis_command(port, "PING").as_deref(), Some("+PONG\r\n"));
+    let reply = redis_command(port, "SLIDEGATE.RUN k 2 k k:book 1000 2000 1 3 1000 1000 0 check 1").unwrap();
+    assert!(reply.starts_with("*5\r\n:0\r\n:0\r\n:2\r\n"), "{reply:?}");
 }

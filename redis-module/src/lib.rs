@@ -176,7 +176,10 @@ fn parse(api: &Api, args: &[*mut RedisModuleString]) -> Result<Parsed, &'static 
     let now = if now.is_empty() { None } else { Some(int(now).ok_or(bad)?) };
     let ttl = arg(at + 1).and_then(int).ok_or(bad)?;
     let nl = usize::try_from(arg(at + 2).and_then(int).ok_or(bad)?).map_err(|_| bad)?;
-    let mut limits = Vec::with_capacity(nl.min(64));
+    if nl > 64 {
+        return Err(bad);
+    }
+    let mut limits = Vec::with_capacity(nl);
     for i in 0..nl {
         let b = at.saturating_add(3).saturating_add(i.saturating_mul(4));
         let (max, window, p) = (arg(b).and_then(int), arg(b + 1).and_then(int), arg(b + 2).and_then(int));
@@ -196,7 +199,7 @@ fn parse(api: &Api, args: &[*mut RedisModuleString]) -> Result<Parsed, &'static 
             b"peek" => Mode::Peek,
             _ => return Err(c"ERR slidegate.run: only check and peek (add and push use the script)"),
         };
-        let cost = arg(first + j * 2 + 1).and_then(int).ok_or(bad)?;
+        let cost = arg(first + j * 2 + 1).and_then(int).filter(|&c| c >= 0).ok_or(bad)?;
         entries.push((key, mode, cost));
     }
     Ok(Parsed { entries, now, ttl, layout })

@@ -6,6 +6,9 @@
 //! units, the units of the closed slots `k-n+1 .. k-1`); per limit a ring of `n+1` entries,
 //! slot `s`'s units at position `s mod (n+1)`, for the closed slots `k-n .. k-1`.
 
+/// The most slots a limit may have here (slidegate's own limits have far fewer).
+pub const MOST_SLOTS: i64 = 1 << 20;
+
 /// One limit, as the script's arguments give it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limit {
@@ -39,12 +42,14 @@ pub struct Layout {
 }
 
 impl Layout {
-    /// The layout of `limits`; `None` if a limit is malformed or the string would not fit.
+    /// The layout of `limits`; `None` if a limit is malformed, or has more than
+    /// [`MOST_SLOTS`] slots (any client may send the command: no call may make the server
+    /// allocate without bound).
     pub fn new(limits: Vec<Limit>) -> Option<Layout> {
         let mut length = limits.len().checked_mul(24)?.checked_add(8)?;
         let mut rings = Vec::with_capacity(limits.len());
         for l in &limits {
-            if l.max < 0 || l.p <= 0 || l.n <= 0 {
+            if l.max < 0 || l.p <= 0 || l.n <= 0 || l.n > MOST_SLOTS {
                 return None;
             }
             rings.push(length);
