@@ -522,12 +522,12 @@ async fn the_module_answers_malformed_calls_with_errors(server: RedisServer) {
         "SLIDEGATE.RUN k 2 k k:book 1000 2000 1 3 1000 0 0 check 1",
         "SLIDEGATE.RUN k 2 k k:book 1000 2000 1 -3 1000 1000 0 check 1",
         "SLIDEGATE.RUN k 2 k k:book x 2000 1 3 1000 1000 0 check 1",
-        "SLIDEGATE.RUN alist 2 alist alist:book 1000 2000 1 3 1000 1000 0 check 1",
+        "SLIDEGATE.RUN alist 1 alist 1000 2000 1 3 1000 1000 0 check 1",
     ] {
         let reply = redis_command(port, call).unwrap_or_default();
         assert!(reply.starts_with('-'), "{call}: {reply:?}");
     }
     assert_eq!(redis_command(port, "PING").as_deref(), Some("+PONG\r\n"));
-    let reply = redis_command(port, "SLIDEGATE.RUN k 2 k k:book 1000 2000 1 3 1000 1000 0 check 1").unwrap();
+    let reply = redis_command(port, "SLIDEGATE.RUN k 1 k 1000 2000 1 3 1000 1000 0 check 1").unwrap();
     assert!(reply.starts_with("*5\r\n:0\r\n:0\r\n:2\r\n"), "{reply:?}");
 }

@@ -3,9 +3,10 @@
 //! its checks and peeks when the server has it (and its Lua script otherwise).
 //!
 //! `SLIDEGATE.RUN <first key> <numkeys> <keys...> <args...>` takes what `EVALSHA <sha>
-//! <numkeys> <keys...> <args...>` of `src/redis/limiter.lua` takes (the first key in front,
-//! so that a Cluster client routes it), for the modes `check` and `peek`, and returns what
-//! the script returns, reading and writing the same bytes ([`window`]). The window is
+//! <numkeys> <keys...> <args...>` of `src/redis/limiter.lua` takes, but with only each
+//! entry's windows key (checks and peeks need no bookkeeping key) and the first key also in
+//! front (so that a Cluster client routes it), for the modes `check` and `peek`, and returns
+//! what the script returns, reading and writing the same bytes ([`window`]). The window is
 //! updated in place (`RedisModule_StringDMA`) and its expiry set (`RedisModule_SetExpire`);
 //! replicas and the AOF receive the effect (`SET key value PX ttl`), not the command, since
 //! the server's time differs on a replica.
@@ -191,9 +192,9 @@ fn parse(api: &Api, args: &[*mut RedisModuleString]) -> Result<Parsed, &'static 
     }
     let layout = Layout::new(limits).ok_or(bad)?;
     let first = at.saturating_add(3).saturating_add(nl.saturating_mul(4));
-    let mut entries = Vec::with_capacity(numkeys / 2);
-    for j in 0..numkeys / 2 {
-        let key = *args.get(3 + j * 2).ok_or(bad)?;
+    let mut entries = Vec::with_capacity(numkeys.min(1024));
+    for j in 0..numkeys {
+        let key = *args.get(3 + j).ok_or(bad)?;
         let mode = match arg(first + j * 2).ok_or(bad)? {
             b"check" => Mode::Check,
             b"peek" => Mode::Peek,

@@ -24,9 +24,9 @@
 //! replies. The limiter looks for it when built ([`RedisLimiterBuilder::module`],
 //! [`RedisLimiter::uses_module`]).
 //!
-//! On one server, checks and peeks in flight at once share script calls: while
-//! `BATCHES_IN_FLIGHT` (2) calls are out, new ones queue, and the next call takes every
-//! queued one (at most 64), which the script runs one after the other in arrival order, each
+//! On one server, checks and peeks in flight at once share calls: while two script calls
+//! (four module calls) are out, new ones queue, and the next call takes every queued one
+//! (at most 64), which the script runs one after the other in arrival order, each
 //! decided exactly as if alone. A lone check goes at once; a burst pays one round trip and
 //! one script start for many. On a Cluster, whose keys live on different nodes, each check
 //! is its own call. Each check's timeout runs from the moment it is queued.
@@ -62,7 +62,7 @@ pub use crate::remote::{Checked, DecidedBy, Fallback};
 
 use std::fmt;
 use std::hash::Hash;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -187,7 +187,8 @@ impl Remote {
         format!("{}{{{key}}}", self.prefix)
     }
 
-    /// Runs the script for `key` (already a Redis key) within the timeout: its five replies.
+    /// Runs the script (or the module) for `key` (already a Redis key) within the timeout:
+    /// its five replies. `entry` is an `add`'s client id and sequence number.
     async fn call(
         &self,
         redis_key: &str,
@@ -196,37 +197,48 @@ impl Remote {
         at_ms: Option<u64>,
         entry: Option<(&str, u64)>,
     ) -> RedisResult<Vec<i64>> {
-        let mut call = self.prepare(at_ms);
-        call.entry(redis_key, mode, cost);
-        if let Some((client, seq)) = entry {
-            call.args.extend([client.to_owned(), seq.to_string()]);
-        }
-        self.invoke(&call).await
+        self.invoke(&[Entry { redis_key, mode, cost }], at_ms, entry).await
     }
 
-    /// A call with the time and the limits, and no entry yet.
-    fn prepare(&self, at_ms: Option<u64>) -> Call {
+    /// Runs `entries` in one call within the timeout: through the server's `SLIDEGATE.RUN`
+    /// when it has it and the entries only check and peek, else through the script.
+    async fn invoke(
+        &self,
+        entries: &[Entry<'_>],
+        at_ms: Option<u64>,
+        add: Option<(&str, u64)>,
+    ) -> RedisResult<Vec<i64>> {
         let now = at_ms.or_else(|| self.time.now_ms()).map_or(String::new(), |ms| ms.to_string());
         let limits = self.limit_args.len() / 4;
-        let mut args = vec![now, self.ttl_ms.to_string(), limits.to_string()];
-        args.extend(self.limit_args.iter().map(u64::to_string));
-        Call { keys: Vec::new(), args, native: self.native }
-    }
-
-    /// Runs `call` within the timeout: through the server's `SLIDEGATE.RUN` when it has it
-    /// and the call only checks and peeks, else through the script.
-    async fn invoke(&self, call: &Call) -> RedisResult<Vec<i64>> {
+        let native = self.native && entries.iter().all(|e| matches!(e.mode, Mode::Check | Mode::Peek));
         let run = async {
-            if call.native {
+            if native {
+                // The module takes each entry's windows key only, the first also in front.
                 let mut cmd = ::redis::cmd("SLIDEGATE.RUN");
-                cmd.arg(call.keys.first()).arg(call.keys.len()).arg(&call.keys).arg(&call.args);
+                cmd.arg(entries.first().map(|e| e.redis_key)).arg(entries.len());
+                for e in entries {
+                    cmd.arg(e.redis_key);
+                }
+                cmd.arg(&now).arg(self.ttl_ms).arg(limits).arg(&self.limit_args[..]);
+                for e in entries {
+                    cmd.arg(e.mode.name()).arg(e.cost);
+                }
                 match self.conn.clone() {
                     Conn::Single(mut conn) => cmd.query_async(&mut conn).await,
                     Conn::Cluster(mut conn) => cmd.query_async(&mut conn).await,
                 }
             } else {
                 let mut invocation = self.script.prepare_invoke();
-                invocation.key(&call.keys).arg(&call.args);
+                for e in entries {
+                    invocation.key(e.redis_key).key(book_key(e.redis_key));
+                }
+                invocation.arg(&now).arg(self.ttl_ms).arg(limits).arg(&self.limit_args[..]);
+                for e in entries {
+                    invocation.arg(e.mode.name()).arg(e.cost);
+                }
+                if let Some((client, seq)) = add {
+                    invocation.arg(client).arg(seq);
+                }
                 match self.conn.clone() {
                     Conn::Single(mut conn) => invocation.invoke_async(&mut conn).await,
                     Conn::Cluster(mut conn) => invocation.invoke_async(&mut conn).await,
@@ -244,11 +256,11 @@ impl Remote {
 
     /// Runs the checks of `batch` in one call, in order, and hands each its replies.
     async fn call_batch(&self, batch: Vec<Pending>) {
-        let mut call = self.prepare(None);
-        for p in &batch {
-            call.entry(&p.redis_key, p.mode, p.cost);
-        }
-        match self.invoke(&call).await {
+        let entries: Vec<Entry<'_>> =
+            batch.iter().map(|p| Entry { redis_key: &p.redis_key, mode: p.mode, cost: p.cost }).collect();
+        let replies = self.invoke(&entries, None, None).await;
+        drop(entries);
+        match replies {
             Ok(replies) if replies.len() == batch.len().saturating_mul(5) => {
                 for (p, reply) in batch.into_iter().zip(replies.chunks(5)) {
                     // A check that gave up waiting has dropped its receiver.
@@ -272,22 +284,11 @@ impl Remote {
     }
 }
 
-/// The keys and arguments of one call (the script's, or `SLIDEGATE.RUN`'s after its first
-/// key), and whether it may go to the module.
-struct Call {
-    keys: Vec<String>,
-    args: Vec<String>,
-    native: bool,
-}
-
-impl Call {
-    /// Appends an entry: the key, its bookkeeping key, the mode and the cost. Only checks
-    /// and peeks run in the module.
-    fn entry(&mut self, redis_key: &str, mode: Mode, cost: u64) {
-        self.keys.extend([redis_key.to_owned(), book_key(redis_key)]);
-        self.args.extend([mode.name().to_owned(), cost.to_string()]);
-        self.native &= matches!(mode, Mode::Check | Mode::Peek);
-    }
+/// One check (or peek, add, push) in a call.
+struct Entry<'a> {
+    redis_key: &'a str,
+    mode: Mode,
+    cost: u64,
 }
 
 /// A check waiting for its batch (standalone servers): see [`batches`].
@@ -300,15 +301,19 @@ struct Pending {
 
 /// The most checks sent in one script call.
 const MOST_PER_BATCH: usize = 64;
-/// The most batches in flight at once: while all are out, checks queue and form the next
-/// batch, so a burst of concurrent checks shares calls while a lone check goes at once.
-const BATCHES_IN_FLIGHT: usize = 2;
+/// The most batches in flight at once, through the script and through the module: while
+/// all are out, checks queue and form the next batch, so a burst of concurrent checks shares
+/// calls while a lone check goes at once. (Measured with `redis_report`: the script, whose
+/// calls take the server longer, runs best with fewer and larger batches.)
+const SCRIPT_BATCHES_IN_FLIGHT: usize = 2;
+const MODULE_BATCHES_IN_FLIGHT: usize = 4;
 
 /// Sends the checks queued on `queue` to Redis, batched: takes a batch slot, then every
 /// check queued by then (at most [`MOST_PER_BATCH`]) in one script call. Ends when the
 /// limiter (the queue's sender) is dropped.
 async fn batches(remote: Arc<Remote>, mut queue: mpsc::UnboundedReceiver<Pending>) {
-    let slots = Arc::new(Semaphore::new(BATCHES_IN_FLIGHT));
+    let in_flight = if remote.native { MODULE_BATCHES_IN_FLIGHT } else { SCRIPT_BATCHES_IN_FLIGHT };
+    let slots = Arc::new(Semaphore::new(in_flight));
     while let Some(first) = queue.recv().await {
         let Ok(slot) = Arc::clone(&slots).acquire_owned().await else { return };
         let mut batch = vec![first];
@@ -353,6 +358,8 @@ pub struct RedisLimiter<K> {
     /// Units the local fallback admitted while Redis was unreachable: `(redis key, cost,
     /// ms)`, added to Redis by the next call that reaches it.
     owed: Mutex<Vec<Owed>>,
+    /// Set (under `owed`'s lock) while `owed` holds anything: checks skip the lock otherwise.
+    owing: AtomicBool,
     /// This limiter's id in Redis, and the sequence numbers of what it owes, so that an
     /// `add` whose reply was lost (a timeout) and is retried is applied once.
     client: String,
@@ -493,6 +500,9 @@ where
                     let seq = self.seq.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
                     if let Ok(mut owed) = self.owed.lock() {
                         owed.push(Owed { redis_key, cost, at, seq });
+                        // Release: a check that sees the flag (Acquire) then finds the entry
+                        // under the lock (the lock orders it anyway; the flag only skips it).
+                        self.owing.store(true, Ordering::Release);
                     }
                 }
                 Checked::new(decision, DecidedBy::Local)
@@ -508,8 +518,16 @@ where
     /// Adds what the local fallback admitted to Redis, once Redis answers: `false` if some
     /// of it could not be added yet.
     async fn repay(&self) -> bool {
+        // Acquire pairs with the Release store after a push: an entry pushed before this
+        // check began is seen. (One pushed concurrently is repaid by a later check.)
+        if !self.owing.load(Ordering::Acquire) {
+            return true;
+        }
         let owed = match self.owed.lock() {
-            Ok(mut owed) if !owed.is_empty() => std::mem::take(&mut *owed),
+            Ok(mut owed) if !owed.is_empty() => {
+                self.owing.store(false, Ordering::Relaxed);
+                std::mem::take(&mut *owed)
+            }
             _ => return true,
         };
         // In order, stopping at the first failure: Redis applies an entry only if its
@@ -532,6 +550,7 @@ where
                     owed.push(entry);
                     owed.extend(entries);
                     owed.extend(newer);
+                    self.owing.store(true, Ordering::Release);
                 }
                 return false;
             }
@@ -759,6 +778,7 @@ where
             fallback: self.fallback,
             local: (self.fallback == Fallback::Local).then_some(local),
             owed: Mutex::new(Vec::new()),
+            owing: AtomicBool::new(false),
             client: format!("{:x}", ahash::RandomState::new().hash_one(std::process::id())),
             seq: AtomicU64::new(0),
             closed_retry,
