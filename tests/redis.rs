@@ -94,6 +94,15 @@ fn main() -> std::process::ExitCode {
             the_module_answers_malformed_calls_with_errors,
         ),
         trial(
+            "a_server_that_loses_the_module_is_answered_by_the_script",
+            0,
+            || {
+                let module = redis_module()?;
+                RedisServer::start(&["--loadmodule", &module, "--enable-module-command", "yes"])
+            },
+            a_server_that_loses_the_module_is_answered_by_the_script,
+        ),
+        trial(
             "a_caller_clock_behind_the_stored_time_does_not_rewind_it",
             0,
             Standalone::get,
@@ -530,4 +539,29 @@ async fn the_module_answers_malformed_calls_with_errors(server: RedisServer) {
     assert_eq!(redis_command(port, "PING").as_deref(), Some("+PONG\r\n"));
     let reply = redis_command(port, "SLIDEGATE.RUN k 1 k 1000 2000 1 3 1000 1000 0 check 1").unwrap();
     assert!(reply.starts_with("*5\r\n:0\r\n:0\r\n:2\r\n"), "{reply:?}");
+}
+
+/// The module unloaded under a running limiter (or a failover to a server without it): the
+/// next check goes through the script, on the same data, decided by the server.
+async fn a_server_that_loses_the_module_is_answered_by_the_script(server: RedisServer) {
+    let clock = ManualClock::new();
+    clock.advance(Duration::from_secs(100));
+    let limiter = RedisLimiter::<u64>::builder()
+        .url(&server.url())
+        .limit(Limit::per_minute(3))
+        .clock(clock)
+        .prefix(&prefix("unload"))
+        .timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .unwrap();
+    assert!(limiter.uses_module());
+    assert_eq!(limiter.check(&1).await.remaining(), 2);
+    let reply = redis_command(server.port, "MODULE UNLOAD slidegate").unwrap_or_default();
+    assert!(reply.starts_with("+OK"), "{reply:?}");
+    let d = limiter.check(&1).await;
+    assert_eq!((d.decided_by(), d.remaining()), (DecidedBy::Server, 1), "the script read the module's data");
+    assert!(!limiter.uses_module());
+    assert_eq!(limiter.check(&1).await.remaining(), 0);
+    assert!(!limiter.check(&1).await.is_allowed());
 }

@@ -178,8 +178,9 @@ struct Remote {
     ttl_ms: u64,
     time: Time,
     timeout: Duration,
-    /// The server has slidegate's module (`SLIDEGATE.RUN`), and the builder allows it.
-    native: bool,
+    /// The server has slidegate's module (`SLIDEGATE.RUN`), and the builder allows it;
+    /// cleared if the server stops knowing the command.
+    native: AtomicBool,
 }
 
 impl Remote {
@@ -210,7 +211,9 @@ impl Remote {
     ) -> RedisResult<Vec<i64>> {
         let now = at_ms.or_else(|| self.time.now_ms()).map_or(String::new(), |ms| ms.to_string());
         let limits = self.limit_args.len() / 4;
-        let native = self.native && entries.iter().all(|e| matches!(e.mode, Mode::Check | Mode::Peek));
+        // Relaxed: a hint about the server, corrected by the server's own answer below.
+        let native = self.native.load(Ordering::Relaxed)
+            && entries.iter().all(|e| matches!(e.mode, Mode::Check | Mode::Peek));
         let run = async {
             if native {
                 // The module takes each entry's windows key only, the first also in front.
@@ -223,26 +226,21 @@ impl Remote {
                 for e in entries {
                     cmd.arg(e.mode.name()).arg(e.cost);
                 }
-                match self.conn.clone() {
+                let reply = match self.conn.clone() {
                     Conn::Single(mut conn) => cmd.query_async(&mut conn).await,
                     Conn::Cluster(mut conn) => cmd.query_async(&mut conn).await,
+                };
+                match reply {
+                    // The module is gone (unloaded, or a failover to a server without it):
+                    // this call and every later one go through the script.
+                    Err(e) if e.to_string().contains("unknown command") => {
+                        self.native.store(false, Ordering::Relaxed);
+                        self.script_call(entries, &now, limits, add).await
+                    }
+                    reply => reply,
                 }
             } else {
-                let mut invocation = self.script.prepare_invoke();
-                for e in entries {
-                    invocation.key(e.redis_key).key(book_key(e.redis_key));
-                }
-                invocation.arg(&now).arg(self.ttl_ms).arg(limits).arg(&self.limit_args[..]);
-                for e in entries {
-                    invocation.arg(e.mode.name()).arg(e.cost);
-                }
-                if let Some((client, seq)) = add {
-                    invocation.arg(client).arg(seq);
-                }
-                match self.conn.clone() {
-                    Conn::Single(mut conn) => invocation.invoke_async(&mut conn).await,
-                    Conn::Cluster(mut conn) => invocation.invoke_async(&mut conn).await,
-                }
+                self.script_call(entries, &now, limits, add).await
             }
         };
         match tokio::time::timeout(self.timeout, run).await {
@@ -251,6 +249,31 @@ impl Remote {
                 std::io::ErrorKind::TimedOut,
                 "redis check timed out",
             ))),
+        }
+    }
+
+    /// `entries` through the script.
+    async fn script_call(
+        &self,
+        entries: &[Entry<'_>],
+        now: &str,
+        limits: usize,
+        add: Option<(&str, u64)>,
+    ) -> RedisResult<Vec<i64>> {
+        let mut invocation = self.script.prepare_invoke();
+        for e in entries {
+            invocation.key(e.redis_key).key(book_key(e.redis_key));
+        }
+        invocation.arg(now).arg(self.ttl_ms).arg(limits).arg(&self.limit_args[..]);
+        for e in entries {
+            invocation.arg(e.mode.name()).arg(e.cost);
+        }
+        if let Some((client, seq)) = add {
+            invocation.arg(client).arg(seq);
+        }
+        match self.conn.clone() {
+            Conn::Single(mut conn) => invocation.invoke_async(&mut conn).await,
+            Conn::Cluster(mut conn) => invocation.invoke_async(&mut conn).await,
         }
     }
 
@@ -312,7 +335,8 @@ const MODULE_BATCHES_IN_FLIGHT: usize = 4;
 /// check queued by then (at most [`MOST_PER_BATCH`]) in one script call. Ends when the
 /// limiter (the queue's sender) is dropped.
 async fn batches(remote: Arc<Remote>, mut queue: mpsc::UnboundedReceiver<Pending>) {
-    let in_flight = if remote.native { MODULE_BATCHES_IN_FLIGHT } else { SCRIPT_BATCHES_IN_FLIGHT };
+    let module = remote.native.load(Ordering::Relaxed);
+    let in_flight = if module { MODULE_BATCHES_IN_FLIGHT } else { SCRIPT_BATCHES_IN_FLIGHT };
     let slots = Arc::new(Semaphore::new(in_flight));
     while let Some(first) = queue.recv().await {
         let Ok(slot) = Arc::clone(&slots).acquire_owned().await else { return };
@@ -427,7 +451,7 @@ where
     /// # }
     /// ```
     pub fn uses_module(&self) -> bool {
-        self.remote.native
+        self.remote.native.load(Ordering::Relaxed)
     }
 
     /// Checks a request of cost 1.
@@ -747,7 +771,7 @@ where
             reply.is_ok_and(|r| r.first().is_some_and(|v| !matches!(v, ::redis::Value::Nil)))
         };
         Ok(Remote {
-            native,
+            native: AtomicBool::new(native),
             conn,
             script: Script::new(include_str!("limiter.lua")),
             prefix: self.prefix.clone(),
