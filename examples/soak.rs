@@ -25,10 +25,10 @@
 //!   any half-open one; the fixed window: in one aligned window `[k·w, (k+1)·w)`; GCRA: at
 //!   most `max + ⌊d / T⌋` in any interval of length `d` (`T` = window / max rounded up to
 //!   the ns: the burst, plus one unit per `T` of refill; at most `2 × max` in a window); the
-//!   interpolated window: at most `max` in any aligned run of its `n` slots (the README's
+//!   interpolated window: at most `max` in any aligned run of its `n` slots (the semantics guide's
 //!   promise), and the largest count in any window must stay below `2 × max`.
 //! - **retry_after errors**: for each refusal, the earliest time at which the same request
-//!   would fit, recomputed from the logged admissions of the key with the README's formula
+//!   would fit, recomputed from the logged admissions of the key with the semantics guide's formula
 //!   for the algorithm. Admissions certainly before the refusal, placed at their brackets'
 //!   starts, give the earliest possible answer; admissions possibly before it, placed at
 //!   their brackets' ends, the latest. An error is the distance from the library's answer
@@ -38,7 +38,7 @@
 //!   cost, certainly after the refusal, and certainly before the time the refusal named.
 //!   Both "long" errors and early admissions are possible with several limits (a racing
 //!   check's commit that is then rolled back can refuse a request, and if a racing check
-//!   closed its slot meanwhile the rolled-back units stay counted there: README,
+//!   closed its slot meanwhile the rolled-back units stay counted there: design guide,
 //!   Concurrency), and with a sliding window when a racing check moved the key on while the
 //!   wait was being worked out and stayed preempted in the middle of its move (the wait is
 //!   then recomputed from fresh views at most twice before it settles for a later time), but
@@ -392,7 +392,7 @@ struct Track {
     cache: Vec<(CacheKey, (u64, u64))>,
     /// The latest clock reading of a check of this key that overlapped another check of it
     /// (in sequence numbers). A commit rolled back after a racing check closed its slot
-    /// stays counted in that slot (README, Concurrency), so a refusal up to a window and a
+    /// stays counted in that slot (the design guide), so a refusal up to a window and a
     /// slot after such a race, even one that raced nothing itself, may name a later time.
     raced_at: Option<u64>,
 }
@@ -1158,7 +1158,7 @@ fn report(kinds: &[Kind], stats: &[Stats]) -> (Vec<String>, String) {
         );
         // A wait may be later than exact after a race: with several limits (a rolled-back
         // commit), and in a sliding window when a racing check moved the key on while the
-        // wait was worked out and stayed preempted mid-move (README, Concurrency). Both
+        // wait was worked out and stayed preempted mid-move (the design guide). Both
         // need a race of the key within a window before (`unraced` counts the others).
         let may_race_long = kind.specs.len() > 1 || kind.algorithm == Algorithm::SlidingWindow;
         if over > 0 {

@@ -26,7 +26,7 @@
 //! The "documented bytes/key" is measured the way `examples/memory.rs` measures it: a fresh
 //! process (this program with `--baseline`) inserts `max_keys` keys into a fresh limiter and
 //! reports (heap after − heap before) / keys, for `Ipv6Addr` keys (and for `u64` keys, the
-//! README's figure at 1,000,000). The slack (see the constants and `report`): one more
+//! reliability guide's figure at 1,000,000). The slack (see the constants and `report`): one more
 //! doubling of the map's table and 10% of the documented figure; for RSS also malloc's
 //! overhead per allocation, one table's worth of freed tables, and a fixed 4 MiB. Exits non-zero if (a) the peak
 //! heap or peak RSS during the spray grew beyond documented × `max_keys` plus that slack,

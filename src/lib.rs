@@ -31,15 +31,23 @@
 //! # Ok::<(), slidegate::ConfigError>(())
 //! ```
 //!
-//! Layout of the crate: [`limit`](Limit) (limits and their string form), `limiter.rs` (the
-//! keyed front end: one lookup path, the builder, several keys at once), `table.rs` (where
-//! each key's counters live: lock-free lookups, one node per key), `protocol.rs` (the
-//! lock-free admission, in reading order), `layout.rs` (how a key's words are laid out and
-//! packed), `algorithm/` (one file per algorithm: the sliding window, fixed window, sliding
-//! log and GCRA: [`Algorithm`]), `policy.rs` (named policies: tiers per key,
-//! changed at runtime, [`PolicyConfig`]), `clock.rs` and `housekeeper.rs` (one clock ticker
-//! and one sweeper thread per process), `decision.rs`, `error.rs`, [`metrics`] (the series a limiter reports), and
-//! `sync.rs` (the shim that lets `loom` check the protocols).
+//! What you use:
+//!
+//! - [`Limiter`] and its [`LimiterBuilder`]: the keyed limiter; [`Limiter::check`],
+//!   [`check_n`](Limiter::check_n), [`peek`](Limiter::peek), [`record`](Limiter::record),
+//!   [`check_all`](Limiter::check_all) for several identities at once;
+//! - [`Limit`] (`"120/min"`, `"240/h@1min strict"`), [`Algorithm`] (sliding window by
+//!   default, fixed window, sliding log, GCRA), [`PolicyConfig`] for named policies;
+//! - [`Decision`] and [`Denial`]: admitted or not, what remains, when to retry;
+//! - [`ManualClock`] for tests and simulations; [`ConfigError`] for what a configuration
+//!   got wrong;
+//! - `tower::RateLimitLayer` (feature `tower`) in front of an HTTP service;
+//!   `redis::RedisLimiter` and `redis::HybridLimiter` (feature `redis`) and
+//!   `memcached::MemcachedLimiter` (feature `memcached`) for one budget across processes;
+//!   [`metrics`] for the series a limiter reports.
+//!
+//! The [`guide`] modules hold the rest: semantics and accuracy, gateway integration,
+//! policies, scaling out, performance and memory, reliability, design, testing.
 //!
 //! Cargo features, all off by default: `tower` (an HTTP layer answering 429 with
 //! `Retry-After` and `RateLimit` fields: module `tower`), `axum` (axum's
@@ -51,6 +59,7 @@
 // `unsafe` appears in two places: the key table's nodes, arrays and epoch-deferred frees
 // (`table.rs`), and the sliding log's shared snapshots (`algorithm/log.rs`). Everything else
 // is safe code.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(unsafe_code)]
 #![warn(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
@@ -76,18 +85,54 @@ mod layout;
 mod limit;
 mod limiter;
 #[cfg(feature = "memcached")]
+#[cfg_attr(docsrs, doc(cfg(feature = "memcached")))]
 pub mod memcached;
 pub mod metrics;
 mod policy;
 mod protocol;
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;
 #[cfg(any(feature = "redis", feature = "memcached"))]
 mod remote;
 mod sync;
 mod table;
 #[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub mod tower;
+
+/// The guides: everything past the first screen of the README, with examples that compile
+/// as doc tests. The same text is in `docs/` in the repository.
+#[cfg(any(
+    all(doc, not(doctest)),
+    all(
+        feature = "tower",
+        feature = "axum",
+        feature = "redis",
+        feature = "memcached",
+        feature = "serde",
+        feature = "metrics",
+        feature = "tokio"
+    )
+))]
+pub mod guide {
+    #[doc = include_str!("../docs/semantics.md")]
+    pub mod semantics {}
+    #[doc = include_str!("../docs/gateway.md")]
+    pub mod gateway {}
+    #[doc = include_str!("../docs/policies.md")]
+    pub mod policies {}
+    #[doc = include_str!("../docs/scaling-out.md")]
+    pub mod scaling_out {}
+    #[doc = include_str!("../docs/performance.md")]
+    pub mod performance {}
+    #[doc = include_str!("../docs/reliability.md")]
+    pub mod reliability {}
+    #[doc = include_str!("../docs/design.md")]
+    pub mod design {}
+    #[doc = include_str!("../docs/testing.md")]
+    pub mod testing {}
+}
 
 pub use algorithm::{Algorithm, MAX_LOG_UNITS};
 pub use clock::ManualClock;
@@ -96,6 +141,7 @@ pub use error::ConfigError;
 pub use layout::MAX_LIMITS;
 pub use limit::{Accuracy, Limit, MAX_SLOTS, MAX_UNITS, MAX_WINDOW};
 #[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub use limiter::Jitter;
 pub use limiter::{Identities, Limiter, LimiterBuilder};
 pub use policy::{PolicyConfig, DEFAULT_POLICY};

@@ -949,7 +949,7 @@ where
     }
 
     /// Heap bytes one key's counters take (the map entry and allocator overhead come on
-    /// top; see the README's memory table).
+    /// top; see the performance guide's memory table).
     ///
     /// ```
     /// use slidegate::{Limit, Limiter};

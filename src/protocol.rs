@@ -916,7 +916,7 @@ mod tests {
         assert_eq!(d.retry_after(), Some(Duration::from_nanos(50_333_333_334)));
     }
 
-    /// The interpolated estimate's worst case, as the README states it: a slot's budget at
+    /// The interpolated estimate's worst case, as the semantics guide states it: a slot's budget at
     /// its very end, then a burst one window later, puts close to (never) 2 × max into one
     /// window. Strict admits exactly max on the same pattern.
     #[test]

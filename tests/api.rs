@@ -1,4 +1,4 @@
-//! The public API and the promises of the README (sections Usage and Semantics), one focused
+//! The public API and the promises of the README's usage and the semantics guide, one focused
 //! test each: the documented snippets, limit strings, the seed article's worked example,
 //! strict versus interpolated accuracy, what counts, cost 0 and `peek`, `retry_after`
 //! exactness, monotonic time, `max_keys`, `sweep`, `reset`, every `ConfigError`, key types,

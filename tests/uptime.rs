@@ -5,7 +5,7 @@
 //! stands still ([`END_OF_TIME`]), with windows up to `MAX_WINDOW` (100 years).
 //!
 //! Two oracles, used together:
-//! * **An exact model** of every algorithm, written from the README's Semantics with none of
+//! * **An exact model** of every algorithm, written from the semantics guide with none of
 //!   the library's machinery: absolute times and 64-bit slot indices (no tags, no ring, no
 //!   `sum` word, no expiry shortcut), and `retry_after` found by binary search over the
 //!   nanoseconds rather than solved. Every decision is compared with it field by field

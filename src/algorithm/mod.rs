@@ -45,7 +45,7 @@ pub const MAX_LOG_UNITS: u64 = 4096;
 /// | `SlidingLog` | 8 B + 8 B per unit in the window | none, and none refused wrongly |
 /// | `Gcra` | 8 B | up to 2 × `max` (a full burst, then the refill) |
 ///
-/// The README's "Choosing an algorithm" measures each on the same traffic
+/// The semantics guide's "Choosing an algorithm" measures each on the same traffic
 /// (`cargo run --release --example accuracy`). With feature `serde` it (de)serializes as
 /// its variant's name (`"SlidingWindow"`, `"Gcra"`, ...).
 ///
