@@ -5,7 +5,7 @@
 //! * `/api/...`: 10 per second and 300 per minute per API key (`X-Api-Key`; requests
 //!   without one share the key `anonymous`).
 //!
-//! `cargo run --example http_gateway --features tower,axum` listens on `127.0.0.1:8080`
+//! `cargo run --example http_gateway --features axum` listens on `127.0.0.1:8080`
 //! (`--listen ADDR` to change) and prints curl commands to try; Ctrl-C stops it cleanly.
 //! `--demo` sends those requests itself (a sixth `/login` within the minute gets the 429)
 //! and exits.

@@ -11,7 +11,7 @@
 //! it never runs backwards when the ticker stops and starts again.
 //!
 //! A thread waking 1000 times a second costs 2–3 % of a core on a virtual machine (measured
-//! with examples/idle.rs and a ticker that never sleeps), so the ticker does not tick while
+//! with tools/src/bin/idle.rs and a ticker that never sleeps), so the ticker does not tick while
 //! nobody reads the clock: [`AWAKE`] after it was last woken it sets the top bit of the
 //! atomic ([`STALE`]), which no time ever has (every clock stops at [`END_OF_TIME`] = 2⁶²),
 //! and parks. A read is still one load (and a test of that bit); a read that sees the bit

@@ -1,7 +1,7 @@
 //! A UDP game server that rate-limits each player's messages (moves: 30/s and 600/min;
 //! chat: 5 per 10 s), with built-in bots: three well-behaved players and two spammers.
 //!
-//! `cargo run --release --example game_server` runs server and bots for 5 seconds and
+//! `cargo run --release --example game_server --features tokio` runs server and bots for 5 seconds and
 //! prints, every second, what each player got through and what was throttled: the spammers
 //! are held to the limits, the well-behaved players never notice them.
 //!

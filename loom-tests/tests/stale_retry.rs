@@ -2,7 +2,7 @@
 //! read, then a racing check moves the key on by a few slots (overwriting ring positions)
 //! before `admissible_at` re-reads the ring. An overwritten position (newer tag) counts as 0
 //! units leaving the window, so the window does not drain and the answer falls through to
-//! up to a whole window later. Found by `examples/soak.rs`. A check that meets a reused
+//! up to a whole window later. Found by `tools/src/bin/soak.rs`. A check that meets a reused
 //! position now starts over from fresh views, which adopt the later slot; but at most
 //! twice (`STALE_RETRIES`), since the racing check may be preempted in the middle of its
 //! move and a check must never wait for another. So the model asserts what always holds:

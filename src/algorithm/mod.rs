@@ -46,7 +46,7 @@ pub const MAX_LOG_UNITS: u64 = 4096;
 /// | `Gcra` | 8 B | up to 2 × `max` (a full burst, then the refill) |
 ///
 /// The semantics guide's "Choosing an algorithm" measures each on the same traffic
-/// (`cargo run --release --example accuracy`). With feature `serde` it (de)serializes as
+/// (`cargo run --release -p slidegate-tools --bin accuracy`). With feature `serde` it (de)serializes as
 /// its variant's name (`"SlidingWindow"`, `"Gcra"`, ...).
 ///
 /// ```

@@ -1,6 +1,6 @@
 //! A global allocator that counts: allocations made, live heap bytes and their high-water
 //! mark. Shared by the allocation guard (`tests/alloc.rs`) and the memory reports
-//! (`examples/memory.rs`, `spray.rs`, `churn.rs`), each of which installs it with
+//! (`tools/src/bin/memory.rs`, `spray.rs`, `churn.rs`), each of which installs it with
 //! `#[global_allocator]`.
 
 use std::alloc::{GlobalAlloc, Layout, System};

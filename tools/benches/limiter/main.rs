@@ -1,7 +1,7 @@
-//! slidegate against governor on identical workloads: `cargo bench --bench limiter`.
+//! slidegate against governor on identical workloads: `cargo bench -p slidegate-tools --bench limiter`.
 //!
 //! One harness, a module per kind of scenario. The workloads themselves live in
-//! `workloads.rs`, shared with `examples/bench_report.rs`, so the criterion figures and the
+//! `workloads.rs`, shared with the `bench_report` tool (`slidegate_tools::workloads`), so the criterion figures and the
 //! README's table time the same loops. Threaded cases use `iter_custom` and report the wall
 //! time per check per thread.
 
@@ -10,17 +10,12 @@
 
 use criterion::{criterion_group, criterion_main};
 
-#[cfg(all(feature = "tower", feature = "metrics"))]
-#[allow(dead_code)]
-mod gateway;
-#[cfg(all(feature = "tower", feature = "metrics"))]
+#[cfg(feature = "gateway")]
 mod overhead;
 mod single_thread;
 mod sweep;
 mod threads;
 mod uptime;
-#[allow(dead_code)]
-mod workloads;
 
 criterion_group!(
     benches,
@@ -32,9 +27,9 @@ criterion_group!(
     sweep::sweep,
     uptime::jumps
 );
-#[cfg(all(feature = "tower", feature = "metrics"))]
+#[cfg(feature = "gateway")]
 criterion_group!(features, overhead::layer, overhead::metrics);
-#[cfg(all(feature = "tower", feature = "metrics"))]
+#[cfg(feature = "gateway")]
 criterion_main!(benches, features);
-#[cfg(not(all(feature = "tower", feature = "metrics")))]
+#[cfg(not(feature = "gateway"))]
 criterion_main!(benches);

@@ -4,7 +4,7 @@
 
 use criterion::{BenchmarkId, Criterion};
 
-use crate::workloads::{self, Governor, Policy, Slidegate, FEW_KEYS, MANY_KEYS};
+use slidegate_tools::workloads::{self, Governor, Policy, Slidegate, FEW_KEYS, MANY_KEYS};
 
 fn both(policy: Policy) -> (Slidegate, Governor) {
     (Slidegate::new(policy), Governor::new(policy))

@@ -1,5 +1,5 @@
 //! Checks per second and latency of the Redis-backed limiters against a Redis on loopback:
-//! `cargo run --release --example redis_report --features redis -- --url redis://127.0.0.1:6379`.
+//! `cargo run --release -p slidegate-tools --bin redis_report --features redis -- --url redis://127.0.0.1:6379`.
 //!
 //! * `RedisLimiter`: one multiplexed connection, 64 checks in flight (64 tasks), 1000 keys,
 //!   through its Lua script, and through slidegate's module (`SLIDEGATE.RUN`) when the
@@ -281,7 +281,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let same = cell_url.as_deref() == Some(url.as_str());
     println!(
-        "Redis on loopback ({url}{}), {IN_FLIGHT} checks in flight on one connection, {KEYS} keys, {rounds} interleaved rounds of {checks} checks, medians (`cargo run --release --example redis_report --features redis`)\n",
+        "Redis on loopback ({url}{}), {IN_FLIGHT} checks in flight on one connection, {KEYS} keys, {rounds} interleaved rounds of {checks} checks, medians (`cargo run --release -p slidegate-tools --bin redis_report --features redis`)\n",
         if same { ", redis-cell loaded in the same server" } else { "" }
     );
     println!("| limiter | checks/s | p50 | p99 | server µs per check |\n|---|---:|---:|---:|---:|");

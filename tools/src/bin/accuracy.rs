@@ -1,4 +1,4 @@
-//! The accuracy lab: `cargo run --release --example accuracy [-- --quick] [--csv PATH] [--svg PATH]`.
+//! The accuracy lab: `cargo run --release -p slidegate-tools --bin accuracy [-- --quick] [--csv PATH] [--svg PATH]`.
 //!
 //! Replays the same seeded traffic patterns through every algorithm on a [`ManualClock`]
 //! and prints one markdown table: for each algorithm and pattern, the most units admitted
@@ -390,7 +390,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     println!(
         "slidegate accuracy lab: limit {MAX}/min, {windows} windows per pattern, seeded \
-         (`cargo run --release --example accuracy`)\n"
+         (`cargo run --release -p slidegate-tools --bin accuracy`)\n"
     );
     println!("Most units admitted in any one-minute interval, as a multiple of max (over-admission):\n");
     let mut header = String::from("| algorithm |");

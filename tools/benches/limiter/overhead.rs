@@ -4,7 +4,7 @@
 use criterion::Criterion;
 use metrics_util::debugging::DebuggingRecorder;
 
-use crate::gateway::{checks, hello, limited, open_limiter, requests};
+use slidegate_tools::gateway::{checks, hello, limited, open_limiter, requests};
 
 pub fn layer(c: &mut Criterion) {
     let Ok(runtime) = tokio::runtime::Builder::new_current_thread().build() else { return };

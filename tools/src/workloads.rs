@@ -1,6 +1,6 @@
 //! The workloads slidegate and governor are compared on, defined once and driven both by the
-//! criterion harness (`benches/limiter/main.rs`) and by the one-table report
-//! (`examples/bench_report.rs`, which includes this file by path).
+//! criterion harness (`tools/benches/limiter/main.rs`) and by the one-table report
+//! (`tools/src/bin/bench_report.rs`, which includes this file by path).
 //!
 //! Each workload is a function of the contender and an iteration count that returns the
 //! time those iterations took, so criterion's `iter_custom` and the report's interleaved

@@ -1,4 +1,4 @@
-//! Leaks under churn: `cargo run --release --example churn [-- --quick] [--cycles N] [--keys N]
+//! Leaks under churn: `cargo run --release -p slidegate-tools --bin churn [-- --quick] [--cycles N] [--keys N]
 //! [--algorithm NAME]...`.
 //!
 //! Each cycle inserts `--keys` new `u64` keys (1,000,000; `--quick` 200,000) into a limiter of
@@ -33,12 +33,9 @@ use std::time::{Duration, Instant};
 
 use slidegate::{Algorithm, Limit, Limiter, ManualClock};
 
-#[allow(dead_code)]
-#[path = "../tests/support/counting_alloc.rs"]
-mod counting_alloc;
-#[allow(dead_code)]
-#[path = "../tests/support/rss.rs"]
-mod rss;
+use slidegate_tools::counting_alloc;
+use slidegate_tools::rss;
+use slidegate_tools::thousands as n;
 
 use counting_alloc::{live_bytes, Counting};
 
@@ -80,19 +77,6 @@ fn signed(bytes: i64) -> String {
     } else {
         format!("{:+.1} MiB", bytes as f64 / (1024.0 * 1024.0))
     }
-}
-
-/// Thousands separators.
-fn n(v: u64) -> String {
-    let s = v.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 struct Args {
@@ -177,7 +161,7 @@ fn main() -> ExitCode {
 fn parent(args: &Args) -> Result<bool, Error> {
     let quick = if args.quick { " -- --quick" } else { "" };
     println!(
-        "Churn, `cargo run --release --example churn{quick}`: {} cycles of inserting {} new `u64` \
+        "Churn, `cargo run --release -p slidegate-tools --bin churn{quick}`: {} cycles of inserting {} new `u64` \
          keys (10/s, one request each), then moving the clock 3 s on and sweeping them all out.",
         args.cycles,
         n(args.keys)

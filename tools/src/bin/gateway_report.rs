@@ -1,5 +1,5 @@
 //! The gateway glue's costs, one markdown table:
-//! `cargo run --release --example gateway_report --all-features`.
+//! `cargo run --release -p slidegate-tools --bin gateway_report --features gateway`.
 //!
 //! * the tower layer's overhead per request, in process: a hello-world tower service called
 //!   directly, with and without the layer (keyed by peer IP, 1000 clients, nothing refused);
@@ -10,8 +10,7 @@
 //!
 //! Rounds are interleaved and medians reported (`--rounds N`, default 7).
 
-#[path = "../benches/limiter/gateway.rs"]
-mod gateway;
+use slidegate_tools::gateway;
 
 use std::net::SocketAddr;
 use std::time::Instant;
@@ -103,7 +102,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         on.push(checks(&counted, checks_n).as_nanos() as f64 / checks_n as f64);
     }
 
-    println!("slidegate gateway glue, {rounds} interleaved rounds, medians (`cargo run --release --example gateway_report --all-features`)\n");
+    println!("slidegate gateway glue, {rounds} interleaved rounds, medians (`cargo run --release -p slidegate-tools --bin gateway_report --features gateway`)\n");
     println!("| measure | without | with | difference |\n|---|---:|---:|---:|");
     println!(
         "| tower service call, in process (ns per request) | {:.0} | {:.0} | {:+.0} ns |",

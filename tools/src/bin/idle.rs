@@ -7,7 +7,7 @@
 //! it. Exits non-zero if the limiters added more than 2 threads or cost 1 % of a core or
 //! more. Linux only.
 //!
-//! `cargo run --release --example idle [-- --quick]`
+//! `cargo run --release -p slidegate-tools --bin idle [-- --quick]`
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::process::ExitCode;

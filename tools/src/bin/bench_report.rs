@@ -1,7 +1,7 @@
 //! slidegate against governor, measured against every performance target of issue 13, as
-//! markdown tables: `cargo run --release --example bench_report [-- --quick] [-- --rounds N]`.
+//! markdown tables: `cargo run --release -p slidegate-tools --bin bench_report [-- --quick] [-- --rounds N]`.
 //!
-//! Runs the workloads of `benches/limiter/workloads.rs` (the criterion bench times the same
+//! Runs the workloads of `tools/src/workloads.rs` (the criterion bench times the same
 //! loops) in interleaved rounds: each round runs every scenario on both limiters, in
 //! alternating order, and the table gives the median of the rounds' figures and of their
 //! ratios, each ratio beside its target (met or missed). governor 0.10 runs in its fastest
@@ -16,9 +16,7 @@
 //! The last line counts the targets met and missed. A missed target never makes the exit
 //! status non-zero: timings on a shared machine are noisy, so this is a report, not a test.
 
-#[allow(dead_code)]
-#[path = "../benches/limiter/workloads.rs"]
-mod workloads;
+use slidegate_tools::workloads;
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -258,9 +256,9 @@ fn main() -> Result<(), ConfigError> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let budget = Duration::from_millis(if quick { 20 } else { 150 });
     let command = if args.is_empty() {
-        String::from("cargo run --release --example bench_report")
+        String::from("cargo run --release -p slidegate-tools --bin bench_report")
     } else {
-        format!("cargo run --release --example bench_report -- {}", args.join(" "))
+        format!("cargo run --release -p slidegate-tools --bin bench_report -- {}", args.join(" "))
     };
     let mut tally = Tally::default();
 
@@ -438,7 +436,7 @@ fn sweep(quick: bool, rounds: usize, tally: &mut Tally) -> Result<(), ConfigErro
             let _ = histogram.record(start.elapsed().as_nanos() as u64);
             done += 1;
             let enough = done >= checks && (!sweeping || sweeps.load(Ordering::Relaxed) >= min_sweeps);
-            if enough || (done % 1024 == 0 && begin.elapsed() > most) {
+            if enough || (done.is_multiple_of(1024) && begin.elapsed() > most) {
                 break;
             }
         }

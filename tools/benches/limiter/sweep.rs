@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use criterion::{BenchmarkId, Criterion};
 use slidegate::{Limit, Limiter, ManualClock};
 
-use crate::workloads::MANY_KEYS;
+use slidegate_tools::workloads::MANY_KEYS;
 
 fn filled() -> (Limiter<u64>, ManualClock) {
     let clock = ManualClock::new();

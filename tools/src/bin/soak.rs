@@ -1,4 +1,4 @@
-//! The contention soak: `cargo run --release --example soak [-- --seconds 60] [--threads 4]
+//! The contention soak: `cargo run --release -p slidegate-tools --bin soak [-- --seconds 60] [--threads 4]
 //! [--quick] [--seed N] [--round-ms 500] [--verbose] [--corrupt N]`.
 //!
 //! `--threads` worker threads check, as fast as they can, 200 keys (drawn from a skewed
@@ -364,7 +364,7 @@ fn earliest(model: Model, spec: &Spec, units: &[(u64, u64)], l: u64, cost: u64) 
             let mut inside: Vec<u64> = Vec::new();
             for &(t, c) in units {
                 if t + w > l {
-                    inside.extend(std::iter::repeat(t).take(c as usize));
+                    inside.extend(std::iter::repeat_n(t, c as usize));
                 }
             }
             let excess = (inside.len() as u64 + cost).saturating_sub(max);

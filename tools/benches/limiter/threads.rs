@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use criterion::{BenchmarkId, Criterion};
 
-use crate::workloads::{self, Governor, Policy, Slidegate};
+use slidegate_tools::workloads::{self, Governor, Policy, Slidegate};
 
 pub fn two_threads(c: &mut Criterion) {
     let s = Arc::new(Slidegate::new(Policy::Open));

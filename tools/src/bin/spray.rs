@@ -1,4 +1,4 @@
-//! Key spraying: `cargo run --release --example spray [-- --quick] [--keys N] [--max-keys M]`.
+//! Key spraying: `cargo run --release -p slidegate-tools --bin spray [-- --quick] [--keys N] [--max-keys M]`.
 //!
 //! An attacker rotates through an IPv6 /64 (a fixed prefix, random low 64 bits from a seeded
 //! SplitMix64, every key distinct) and sends one request per address: `--keys` addresses
@@ -23,7 +23,7 @@
 //! high-water mark); RSS is resident pages from `/proc/self/statm` × the page size (its
 //! high-water mark `VmHWM`, reset through `/proc/self/clear_refs`).
 //!
-//! The "documented bytes/key" is measured the way `examples/memory.rs` measures it: a fresh
+//! The "documented bytes/key" is measured the way `tools/src/bin/memory.rs` measures it: a fresh
 //! process (this program with `--baseline`) inserts `max_keys` keys into a fresh limiter and
 //! reports (heap after − heap before) / keys, for `Ipv6Addr` keys (and for `u64` keys, the
 //! reliability guide's figure at 1,000,000). The slack (see the constants and `report`): one more
@@ -43,15 +43,10 @@ use std::time::{Duration, Instant};
 
 use slidegate::{Denial, Limit, Limiter, ManualClock};
 
-#[allow(dead_code)]
-#[path = "../tests/support/counting_alloc.rs"]
-mod counting_alloc;
-#[allow(dead_code)]
-#[path = "../tests/support/rng.rs"]
-mod rng;
-#[allow(dead_code)]
-#[path = "../tests/support/rss.rs"]
-mod rss;
+use slidegate_tools::counting_alloc;
+use slidegate_tools::rng;
+use slidegate_tools::rss;
+use slidegate_tools::thousands as n;
 
 use counting_alloc::{live_bytes as heap, peak_bytes as peak_heap, Counting};
 use rng::Rng;
@@ -122,19 +117,6 @@ fn heap_now() -> u64 {
     heap() as u64
 }
 
-/// Thousands separators.
-fn n(v: u64) -> String {
-    let s = v.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
 fn pct(part: u64, whole: u64) -> f64 {
     if whole == 0 {
         0.0
@@ -192,7 +174,7 @@ fn limiter(clock: &ManualClock, max_keys: Option<usize>) -> Result<Limiter<Ipv6A
 }
 
 /// `--baseline`: in a fresh process, heap and RSS per key of `max_keys` keys inserted into a
-/// fresh limiter (the way `examples/memory.rs` measures), for `Ipv6Addr` keys, then heap per
+/// fresh limiter (the way `tools/src/bin/memory.rs` measures), for `Ipv6Addr` keys, then heap per
 /// key for `u64` keys. Prints one line for the parent.
 fn baseline(keys: usize) -> Result<(), Error> {
     let (heap0, rss0) = (heap_now(), rss_now());
@@ -509,7 +491,7 @@ fn report(
     let Some(pre) = &seen.pre else { return false };
     let quick = if args.quick { " -- --quick" } else { "" };
     println!(
-        "Key spraying, `cargo run --release --example spray{quick}`: {} IPv6 addresses from one /64, \
+        "Key spraying, `cargo run --release -p slidegate-tools --bin spray{quick}`: {} IPv6 addresses from one /64, \
          one request each, at `10/s` per key with `max_keys({})`; {} new addresses per simulated \
          second (ticks of 100 ms); {SPRAY_THREADS} spray threads, {} legitimate keys on a third, a \
          sweeper thread; {:.1} s.\n",
@@ -553,7 +535,7 @@ fn report(
     let rss_grew = seen.peak_rss.saturating_sub(pre.rss);
     println!(
         "\nMemory during the spray. Documented bytes/key: a fresh limiter with {} `Ipv6Addr` keys, \
-         measured as `examples/memory.rs` measures (in a fresh process; `u64` keys there: {:.0} B, \
+         measured as `tools/src/bin/memory.rs` measures (in a fresh process; `u64` keys there: {:.0} B, \
          state {:.0} B). Slack per key, heap: {table:.0} B for one more doubling of the map's table \
          (the documented figure less the state's {:.0} B allocation: under churn the key \
          table's tombstones can double a shard's array once, see `src/table.rs`) and {:.0}% of the documented \

@@ -1,5 +1,5 @@
 //! Heap bytes per key, slidegate beside governor, against issue 13's memory targets:
-//! `cargo run --release --example memory [-- --strict]`.
+//! `cargo run --release -p slidegate-tools --bin memory [-- --strict]`.
 //!
 //! A counting global allocator records live heap bytes; each configuration inserts 1,000,000
 //! `u64` keys into a fresh limiter and reports (heap after − heap before) / keys, which
@@ -23,10 +23,8 @@ use std::time::Duration;
 use governor::{Quota, RateLimiter};
 use slidegate::{Algorithm, ConfigError, Limit, Limiter, ManualClock};
 
-#[allow(dead_code)]
-#[path = "../tests/support/counting_alloc.rs"]
-mod counting_alloc;
 use counting_alloc::{live_bytes as live, Counting};
+use slidegate_tools::counting_alloc;
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
@@ -90,9 +88,9 @@ fn main() -> Result<ExitCode, ConfigError> {
     // The command line as given, for the report's title.
     let args: Vec<String> = std::env::args().skip(1).collect();
     let command = if args.is_empty() {
-        String::from("cargo run --release --example memory")
+        String::from("cargo run --release -p slidegate-tools --bin memory")
     } else {
-        format!("cargo run --release --example memory -- {}", args.join(" "))
+        format!("cargo run --release -p slidegate-tools --bin memory -- {}", args.join(" "))
     };
 
     let second = Duration::from_secs(1);
