@@ -1,4 +1,4 @@
-//! slidegate against governor, measured against every performance target of issue 13, as
+//! slidegate against governor, measured against the performance targets the core is built against, as
 //! markdown tables: `cargo run --release -p slidegate-tools --bin bench_report [-- --quick] [-- --rounds N]`.
 //!
 //! Runs the workloads of `tools/src/workloads.rs` (the criterion bench times the same
@@ -28,7 +28,7 @@ use hdrhistogram::Histogram;
 use slidegate::{ConfigError, Limit, Limiter, ManualClock};
 use workloads::{Governor, Policy, Slidegate, FEW_KEYS, MANY_KEYS};
 
-/// How a scenario's figure relates to the issue's target, for the table's last column.
+/// How a scenario's figure relates to its target, for the table's last column.
 #[derive(Clone, Copy)]
 enum Target {
     /// slidegate / governor time per check at most this.
@@ -238,7 +238,7 @@ fn iterations(ns: f64, budget: Duration) -> u64 {
     ((budget.as_nanos() as f64 / ns.max(1.0)) as u64).clamp(1_000, 50_000_000)
 }
 
-/// slidegate beside governor on issue 13's workloads, as markdown tables.
+/// slidegate beside governor on the core's target workloads, as markdown tables.
 #[derive(argh::FromArgs)]
 struct Args {
     /// fewer, shorter rounds (CI)
@@ -264,9 +264,8 @@ fn main() -> Result<(), ConfigError> {
 
     println!("## `{command}`\n");
     println!(
-        "slidegate {} vs governor 0.10 (DashMap + ahash, QuantaUpkeepClock), issue 13's targets; \
-         {rounds} interleaved rounds, medians; ns per check, per thread when threaded.\n",
-        env!("CARGO_PKG_VERSION")
+        "slidegate vs governor 0.10 (DashMap + ahash, QuantaUpkeepClock) beside the core's targets; \
+         {rounds} interleaved rounds, medians; ns per check, per thread when threaded.\n"
     );
     // First, on a fresh heap (see `scaling`); printed after the scenarios.
     let scaling_rows = [false, true].map(|interleaved| scaling(rounds, budget, &mut tally, interleaved));

@@ -1,4 +1,4 @@
-//! Heap bytes per key, slidegate beside governor, against issue 13's memory targets:
+//! Heap bytes per key, slidegate beside governor, against the core's memory targets:
 //! `cargo run --release -p slidegate-tools --bin memory [-- --strict]`.
 //!
 //! A counting global allocator records live heap bytes; each configuration inserts 1,000,000
@@ -71,11 +71,11 @@ struct Config {
     algorithm: Algorithm,
     limits: Vec<Limit>,
     quotas: Vec<Quota>,
-    /// Issue 13's bound on slidegate's total bytes per key, if any.
+    /// The core's bound on slidegate's total bytes per key, if any.
     target: Option<f64>,
 }
 
-/// heap bytes per key, slidegate beside governor, against issue 13's memory targets.
+/// heap bytes per key, slidegate beside governor, against the core's memory targets.
 #[derive(argh::FromArgs)]
 struct Args {
     /// exit with status 1 when a bound is missed

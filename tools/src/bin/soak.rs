@@ -1011,7 +1011,7 @@ fn main() -> ExitCode {
                     checker.round(kind, recs, floor);
                 }
                 if verbose {
-                    println!("  checker: a round checked in {:.3} s", t0.elapsed().as_secs_f64());
+                    eprintln!("  checker: a round checked in {:.3} s", t0.elapsed().as_secs_f64());
                 }
             }
             for (checker, kind) in checkers.iter_mut().zip(kinds) {
@@ -1040,13 +1040,16 @@ fn main() -> ExitCode {
             rounds_run += 1;
             if o.verbose {
                 let n: usize = round.iter().flatten().map(Vec::len).sum();
-                println!("  round {rounds_run}: {n} checks, ended at {:.3} s", began.elapsed().as_secs_f64());
+                eprintln!(
+                    "  round {rounds_run}: {n} checks, ended at {:.3} s",
+                    began.elapsed().as_secs_f64()
+                );
             }
             if to_checker.send((round, floor)).is_err() {
                 break;
             }
             if Instant::now() >= progress {
-                println!(
+                eprintln!(
                     "  {:>4.0} s: {rounds_run} rounds, simulated clock at {:.0} s",
                     began.elapsed().as_secs_f64(),
                     clock.now().as_secs_f64()
