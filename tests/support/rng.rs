@@ -1,5 +1,5 @@
-//! Deterministic pseudo-random numbers (SplitMix64) for the tests, so every run sends the
-//! same traffic.
+//! Deterministic pseudo-random numbers (SplitMix64) for the tests and the measuring tools,
+//! so every run sends the same traffic.
 
 pub struct Rng(pub u64);
 
@@ -14,5 +14,10 @@ impl Rng {
 
     pub fn below(&mut self, n: u64) -> u64 {
         self.next() % n
+    }
+
+    /// Uniform in (0, 1].
+    pub fn unit(&mut self) -> f64 {
+        ((self.next() >> 11) + 1) as f64 / (1u64 << 53) as f64
     }
 }

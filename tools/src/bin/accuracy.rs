@@ -20,6 +20,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use slidegate::{Algorithm, ConfigError, Limit, Limiter, ManualClock};
+use slidegate_tools::rng::Rng;
 
 /// The limit every pattern is replayed against: 100 units per minute.
 const MAX: u64 = 100;
@@ -86,27 +87,9 @@ fn contenders() -> Vec<Contender> {
     ]
 }
 
-/// Deterministic pseudo-random numbers (SplitMix64).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in (0, 1].
-    fn unit(&mut self) -> f64 {
-        ((self.next() >> 11) + 1) as f64 / (1u64 << 53) as f64
-    }
-
-    /// Exponential with the given mean (ns).
-    fn exponential(&mut self, mean: f64) -> u64 {
-        (-self.unit().ln() * mean) as u64
-    }
+/// Exponential with the given mean (ns).
+fn exponential(rng: &mut Rng, mean: f64) -> u64 {
+    (-rng.unit().ln() * mean) as u64
 }
 
 /// A traffic pattern: requests `(time, key)` in time order, or clients that react to
@@ -138,7 +121,7 @@ fn poisson(rate: f64, duration: u64, seed: u64) -> Vec<(u64, u64)> {
     let mut t = 0;
     let mut out = Vec::new();
     loop {
-        t += rng.exponential(mean).max(1);
+        t += exponential(&mut rng, mean).max(1);
         if t >= duration {
             return out;
         }

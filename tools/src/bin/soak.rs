@@ -67,6 +67,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use slidegate::{Algorithm, Decision, Denial, Limit, Limiter, ManualClock};
+use slidegate_tools::rng::Rng;
 
 const MS: u64 = 1_000_000;
 /// The most slots per window the checker's window models take.
@@ -258,28 +259,10 @@ fn ns(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// SplitMix64.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    /// A key: `⌊KEYS × u⁴⌋` for a uniform `u`, so key 0 gets (1/200)^¼ ≈ 27 % of the
-    /// checks, the ten hottest about half, key 100 about 0.2 %, key 199 about 0.1 %.
-    fn key(&mut self) -> usize {
-        let u = (self.next() >> 11) as f64 / (1u64 << 53) as f64;
-        ((KEYS as f64 * u.powi(4)) as usize).min(KEYS - 1)
-    }
+/// A key: `⌊KEYS × u⁴⌋` for a uniform `u`, so key 0 gets (1/200)^¼ ≈ 27 % of the checks, the
+/// ten hottest about half, key 100 about 0.2 %, key 199 about 0.1 %.
+fn skewed_key(rng: &mut Rng) -> usize {
+    ((KEYS as f64 * rng.unit().powi(4)) as usize).min(KEYS - 1)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -935,7 +918,7 @@ fn main() -> ExitCode {
                 let mut logs: Vec<Vec<Rec>> = limiters.iter().map(|_| Vec::with_capacity(1 << 16)).collect();
                 while !round_over.load(Ordering::Relaxed) {
                     let l = rng.below(limiters.len() as u64) as usize;
-                    let key = rng.key();
+                    let key = skewed_key(&mut rng);
                     let cost = rng.below(3) + 1;
                     let seq = &seqs[l][key].0;
                     let sb = seq.fetch_add(1, Ordering::SeqCst);
