@@ -1,7 +1,8 @@
 //! The hidden-cost guard: a check on a key the limiter already holds allocates nothing,
 //! a hot key or one of many, admitted, refused or shadow-refused,
 //! with one limit or several, for every algorithm but the sliding log (whose admissions
-//! allocate its new snapshot; its refusals must not). A counting global allocator sees every allocation of the
+//! allocate its new snapshot; its refusals must not); and the tower layer's `ForwardedFor`
+//! reads proxy headers without allocating. A counting global allocator sees every allocation of the
 //! process; this file holds a single test so no other test thread allocates meanwhile, and
 //! the limiter runs on a `ManualClock` so it has no background thread either.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -131,4 +132,39 @@ fn checks_on_existing_keys_do_not_allocate() {
             assert!(limiter.check("client-1").is_allowed());
         }) > 0
     );
+
+    // The tower layer's proxy-header extractor reads the list's hops from the right where
+    // they are: no allocation per request either, over several header lines.
+    #[cfg(feature = "tower")]
+    {
+        use slidegate::tower::{ForwardedFor, KeyExtractor};
+        use std::net::IpAddr;
+
+        let mut req = http::Request::new(());
+        let headers = req.headers_mut();
+        headers.append("x-forwarded-for", "198.51.100.7, 203.0.113.9:4711".parse().unwrap());
+        headers.append("x-forwarded-for", "[2001:db8::1]:443, 10.0.0.2".parse().unwrap());
+        headers.append("forwarded", "for=192.0.2.60;proto=http, for=\"[2001:db8::2]:_p1\"".parse().unwrap());
+        headers.append("forwarded", "for=10.0.0.3".parse().unwrap());
+        req.extensions_mut().insert("10.0.0.1:5000".parse::<std::net::SocketAddr>().unwrap());
+        let proxies = || ForwardedFor::trusting(["10.0.0.0/8"]).unwrap();
+        let cases = [
+            (ForwardedFor::new(1), "10.0.0.2"),
+            (ForwardedFor::new(3), "203.0.113.9"),
+            (ForwardedFor::new(9), "10.0.0.1"),
+            (proxies(), "2001:db8::"),
+            (ForwardedFor::new(3).rfc7239(), "192.0.2.60"),
+            (proxies().rfc7239(), "2001:db8::"),
+        ];
+        let mut keys: Vec<Option<IpAddr>> = Vec::with_capacity(cases.len());
+        let n = allocations_during(|| {
+            for (extractor, _) in &cases {
+                keys.push(extractor.extract(&req));
+            }
+        });
+        assert_eq!(n, 0, "ForwardedFor::extract allocated {n} times");
+        for ((_, expected), key) in cases.iter().zip(keys) {
+            assert_eq!(key, Some(expected.parse::<IpAddr>().unwrap()));
+        }
+    }
 }

@@ -138,12 +138,19 @@ impl ForwardedFor {
         self
     }
 
-    fn client(&self, hops: &[Option<IpAddr>], peer: Option<IpAddr>) -> Option<IpAddr> {
+    /// The client among `hops_from_right` (the list's entries, the nearest proxy's first) and
+    /// the `peer` that sent the request.
+    fn client(
+        &self,
+        mut hops_from_right: impl Iterator<Item = Option<IpAddr>>,
+        peer: Option<IpAddr>,
+    ) -> Option<IpAddr> {
         match &self.trust {
             Trust::Hops(0) => peer,
-            Trust::Hops(n) => match hops.len().checked_sub(*n) {
+            Trust::Hops(n) => match hops_from_right.nth(n.saturating_sub(1)) {
                 // A hop a trusted proxy wrote that is no address is no key at all.
-                Some(i) => hops.get(i).copied().flatten(),
+                Some(hop) => hop,
+                // Fewer entries than trusted proxies: the peer is the client.
                 None => peer,
             },
             Trust::Networks(networks) => {
@@ -152,8 +159,8 @@ impl ForwardedFor {
                 if !trusted(&client) {
                     return Some(client);
                 }
-                for hop in hops.iter().rev() {
-                    client = (*hop)?;
+                for hop in hops_from_right {
+                    client = hop?;
                     if !trusted(&client) {
                         break;
                     }
@@ -172,22 +179,18 @@ impl<B> KeyExtractor<B> for ForwardedFor {
             Header::XForwardedFor => ("x-forwarded-for", node),
             Header::Forwarded => ("forwarded", forwarded_for),
         };
-        let needs_hops = !matches!(self.trust, Trust::Hops(0));
-        // Several header lines form one list, in order.
-        let hops: Vec<Option<IpAddr>> = if needs_hops {
-            req.headers()
-                .get_all(name)
-                .iter()
-                .map(|v| String::from_utf8_lossy(v.as_bytes()))
-                .collect::<Vec<_>>()
-                .iter()
-                .flat_map(|v| v.split(','))
-                .map(parse)
-                .collect()
-        } else {
-            Vec::new()
-        };
-        let client = self.client(&hops, PeerIp::of(req))?;
+        // Several header lines form one list, in order. It is walked from the right (the
+        // nearest proxy first) without being collected, and only as far as the trust needs.
+        // A comma is split on wherever it is (a quote a client leaves open cannot swallow the
+        // proxies' entries); an entry that is not UTF-8 is no address.
+        let hops = req
+            .headers()
+            .get_all(name)
+            .iter()
+            .rev()
+            .flat_map(|line| line.as_bytes().rsplit(|&b| b == b','))
+            .map(|hop| std::str::from_utf8(hop).ok().and_then(parse));
+        let client = self.client(hops, PeerIp::of(req))?;
         Some(masked(client, self.ipv6_prefix))
     }
 }
