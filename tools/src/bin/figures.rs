@@ -125,6 +125,10 @@ fn main() -> ExitCode {
         let began = Instant::now();
         match context.run(name) {
             Ok(report) => {
+                if args.quick {
+                    // Nothing is written: the log is where a quick run's figures are read.
+                    eprintln!("{}\n\n{}", report.header, report.body);
+                }
                 eprintln!("== figures: {name} done in {:.0} s", began.elapsed().as_secs_f64());
                 outputs.insert(name.to_string(), report);
             }
