@@ -542,16 +542,19 @@ async fn the_module_answers_malformed_calls_with_errors(server: RedisServer) {
 }
 
 /// The module unloaded under a running limiter (or a failover to a server without it): the
-/// next check goes through the script, on the same data, decided by the server.
+/// next check goes through the script, on the same data, decided by the server; loaded
+/// again, a recheck puts the checks back on it.
 async fn a_server_that_loses_the_module_is_answered_by_the_script(server: RedisServer) {
     let clock = ManualClock::new();
     clock.advance(Duration::from_secs(100));
+    let recheck = Duration::from_millis(200);
     let limiter = RedisLimiter::<u64>::builder()
         .url(&server.url())
         .limit(Limit::per_minute(3))
-        .clock(clock)
+        .clock(clock.clone())
         .prefix(&prefix("unload"))
         .timeout(Duration::from_secs(2))
+        .module_recheck(recheck)
         .build()
         .await
         .unwrap();
@@ -562,6 +565,37 @@ async fn a_server_that_loses_the_module_is_answered_by_the_script(server: RedisS
     let d = limiter.check(&1).await;
     assert_eq!((d.decided_by(), d.remaining()), (DecidedBy::Server, 1), "the script read the module's data");
     assert!(!limiter.uses_module());
-    assert_eq!(limiter.check(&1).await.remaining(), 0);
+    // Rechecks while the module is still missing: answered by the script all the same.
+    tokio::time::sleep(recheck * 2).await;
+    let d = limiter.check(&1).await;
+    assert_eq!((d.decided_by(), d.remaining()), (DecidedBy::Server, 0));
+    assert!(!limiter.uses_module());
     assert!(!limiter.check(&1).await.is_allowed());
+
+    // The module back: within a few rechecks the checks are on it, on the same data.
+    let module = redis_module().unwrap();
+    let reply = redis_command(server.port, &format!("MODULE LOAD {module}")).unwrap_or_default();
+    assert!(reply.starts_with("+OK"), "{reply:?}");
+    let began = std::time::Instant::now();
+    while !limiter.uses_module() {
+        assert!(began.elapsed() < Duration::from_secs(10), "the limiter never went back to the module");
+        tokio::time::sleep(recheck / 2).await;
+        let d = limiter.check(&1).await;
+        assert_eq!((d.decided_by(), d.is_allowed()), (DecidedBy::Server, false), "the key is still full");
+    }
+    let before = module_calls(server.port);
+    clock.advance(Duration::from_secs(62));
+    let d = limiter.check(&1).await;
+    assert_eq!((d.decided_by(), d.remaining()), (DecidedBy::Server, 2), "a new window, through the module");
+    assert_eq!(module_calls(server.port), before + 1, "that check went through SLIDEGATE.RUN");
+}
+
+/// How many times the server ran `SLIDEGATE.RUN` (`INFO commandstats`).
+fn module_calls(port: u16) -> u64 {
+    let info = redis_command(port, "INFO commandstats").unwrap_or_default();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_slidegate.run:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
 }

@@ -21,7 +21,9 @@
 //! A server that loaded slidegate's Redis module (crate `slidegate-redis-module`,
 //! `libslidegate_redis.so`) answers checks and peeks through its command `SLIDEGATE.RUN`:
 //! the same window in native code, on the same data, with the script's arguments and
-//! replies. The limiter looks for it when built ([`RedisLimiterBuilder::module`],
+//! replies. The limiter looks for it when built, falls back to the script if the server
+//! stops knowing it, and tries it again every 30 s while it is not in use
+//! ([`RedisLimiterBuilder::module`], [`RedisLimiterBuilder::module_recheck`],
 //! [`RedisLimiter::uses_module`]).
 //!
 //! On one server, checks and peeks in flight at once share calls: while two script calls
@@ -64,7 +66,7 @@ use std::fmt;
 use std::hash::Hash;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use ::redis::cluster_async::ClusterConnection;
@@ -179,8 +181,13 @@ struct Remote {
     time: Time,
     timeout: Duration,
     /// The server has slidegate's module (`SLIDEGATE.RUN`), and the builder allows it;
-    /// cleared if the server stops knowing the command.
+    /// cleared if the server stops knowing the command, set again when a recheck finds it.
     native: AtomicBool,
+    /// While `native` is clear and the builder allows the module: when (ms since `born`)
+    /// one call next tries it; `u64::MAX` when the builder does not allow it.
+    module_recheck_at: AtomicU64,
+    module_recheck_ms: u64,
+    born: Instant,
 }
 
 impl Remote {
@@ -212,8 +219,8 @@ impl Remote {
         let now = at_ms.or_else(|| self.time.now_ms()).map_or(String::new(), |ms| ms.to_string());
         let limits = self.limit_args.len() / 4;
         // Relaxed: a hint about the server, corrected by the server's own answer below.
-        let native = self.native.load(Ordering::Relaxed)
-            && entries.iter().all(|e| matches!(e.mode, Mode::Check | Mode::Peek));
+        let native = entries.iter().all(|e| matches!(e.mode, Mode::Check | Mode::Peek))
+            && (self.native.load(Ordering::Relaxed) || self.module_recheck_due());
         let run = async {
             if native {
                 // The module takes each entry's windows key only, the first also in front.
@@ -231,11 +238,24 @@ impl Remote {
                     Conn::Cluster(mut conn) => cmd.query_async(&mut conn).await,
                 };
                 match reply {
-                    // The module is gone (unloaded, or a failover to a server without it):
-                    // this call and every later one go through the script.
+                    // The module is gone (unloaded, or a failover to a server without it), or
+                    // a recheck found it still missing: this call and the later ones go
+                    // through the script until the next recheck.
                     Err(e) if e.to_string().contains("unknown command") => {
                         self.native.store(false, Ordering::Relaxed);
+                        self.module_recheck_at.store(
+                            self.ms_since_born().saturating_add(self.module_recheck_ms),
+                            Ordering::Relaxed,
+                        );
                         self.script_call(entries, &now, limits, add).await
+                    }
+                    Ok(reply) => {
+                        // A recheck found it: back on the module (a load first, so that the
+                        // calls that already use it write nothing shared).
+                        if !self.native.load(Ordering::Relaxed) {
+                            self.native.store(true, Ordering::Relaxed);
+                        }
+                        Ok(reply)
                     }
                     reply => reply,
                 }
@@ -250,6 +270,27 @@ impl Remote {
                 "redis check timed out",
             ))),
         }
+    }
+
+    fn ms_since_born(&self) -> u64 {
+        u64::try_from(self.born.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Whether this call should try the module although it is not in use: the recheck is
+    /// due, and this call is the one that moved it on (so one call in each interval tries).
+    fn module_recheck_due(&self) -> bool {
+        let due = self.module_recheck_at.load(Ordering::Relaxed);
+        let now = self.ms_since_born();
+        now >= due
+            && self
+                .module_recheck_at
+                .compare_exchange(
+                    due,
+                    now.saturating_add(self.module_recheck_ms),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
     }
 
     /// `entries` through the script.
@@ -432,14 +473,16 @@ where
             prefix: "slidegate:".to_owned(),
             sync_interval: Duration::from_millis(50),
             module: true,
+            module_recheck: Duration::from_secs(30),
             batch: 1000,
             _key: std::marker::PhantomData,
         }
     }
 
     /// Whether checks and peeks go to slidegate's Redis module (`SLIDEGATE.RUN`) rather
-    /// than the script: the server had it when the limiter was built, and
-    /// [`module`](RedisLimiterBuilder::module) allowed it.
+    /// than the script: [`module`](RedisLimiterBuilder::module) allows it and the server had
+    /// it at the last call that tried it (at build, then at every call through it, and at
+    /// each [`module_recheck`](RedisLimiterBuilder::module_recheck) while it is not in use).
     ///
     /// ```no_run
     /// # async fn run() -> Result<(), slidegate::redis::SetupError> {
@@ -605,6 +648,7 @@ pub struct RedisLimiterBuilder<K> {
     sync_interval: Duration,
     batch: u64,
     module: bool,
+    module_recheck: Duration,
     _key: std::marker::PhantomData<fn() -> K>,
 }
 
@@ -689,6 +733,23 @@ where
         self
     }
 
+    /// While the module is allowed but not in use (the server lacked it when the limiter was
+    /// built, or stopped knowing it), one call in every `every` tries it again (default
+    /// 30 s); the first that succeeds puts checks and peeks back on it. A call that finds it
+    /// still missing goes through the script, at the cost of one more round trip.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use slidegate::redis::RedisLimiter;
+    /// use slidegate::Limit;
+    /// let builder = RedisLimiter::<u64>::builder().limit(Limit::per_second(10)).module_recheck(Duration::from_secs(5));
+    /// # let _ = builder;
+    /// ```
+    pub fn module_recheck(mut self, every: Duration) -> Self {
+        self.module_recheck = every;
+        self
+    }
+
     /// The prefix of every Redis key (default `"slidegate:"`).
     pub fn prefix(mut self, prefix: &str) -> Self {
         prefix.clone_into(&mut self.prefix);
@@ -770,8 +831,12 @@ where
             };
             reply.is_ok_and(|r| r.first().is_some_and(|v| !matches!(v, ::redis::Value::Nil)))
         };
+        let module_recheck_ms = u64::try_from(self.module_recheck.as_millis()).unwrap_or(u64::MAX);
         Ok(Remote {
             native: AtomicBool::new(native),
+            module_recheck_at: AtomicU64::new(if self.module { module_recheck_ms } else { u64::MAX }),
+            module_recheck_ms,
+            born: Instant::now(),
             conn,
             script: Script::new(include_str!("limiter.lua")),
             prefix: self.prefix.clone(),
