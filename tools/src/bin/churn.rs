@@ -82,7 +82,6 @@ fn signed(bytes: i64) -> String {
 struct Args {
     cycles: u64,
     keys: u64,
-    quick: bool,
     algorithms: Vec<&'static str>,
     child: Option<&'static str>,
 }
@@ -139,7 +138,7 @@ fn args() -> Result<Args, Error> {
     if algorithms.is_empty() {
         algorithms = vec!["sliding-window", "sliding-log"];
     }
-    Ok(Args { cycles, keys, quick, algorithms, child })
+    Ok(Args { cycles, keys, algorithms, child })
 }
 
 fn main() -> ExitCode {
@@ -159,9 +158,8 @@ fn main() -> ExitCode {
 
 /// Runs each algorithm in a child process, which prints its own tables.
 fn parent(args: &Args) -> Result<bool, Error> {
-    let quick = if args.quick { " -- --quick" } else { "" };
     println!(
-        "Churn, `cargo run --release -p slidegate-tools --bin churn{quick}`: {} cycles of inserting {} new `u64` \
+        "Churn: {} cycles of inserting {} new `u64` \
          keys (10/s, one request each), then moving the clock 3 s on and sweeping them all out.",
         args.cycles,
         n(args.keys)

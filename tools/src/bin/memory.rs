@@ -191,7 +191,7 @@ fn main() -> Result<ExitCode, ConfigError> {
         );
     }
     println!(
-        "\n{met} targets met, {missed} missed{}",
+        "\nTargets: {met} met, {missed} missed{}",
         match (strict, missed) {
             (true, 0) => " (--strict: exit status 0)",
             (true, _) => " (--strict: exit status 1)",
