@@ -87,7 +87,9 @@ const UNEVEN: f64 = 0.10;
 /// table is replaced by a larger or smaller one.)
 const MALLOC_OVERHEAD: f64 = 16.0;
 const FIXED_RSS: f64 = 4.0 * 1024.0 * 1024.0;
-/// The strong and weak counts in front of a state's words (`Arc<[AtomicU64]>`).
+/// The node's header in front of its state, as the bound counts it: the 8-byte policy
+/// pointer and 8 bytes of key. (An `Ipv6Addr` key's other 8 bytes and the node's alignment
+/// fall to the table's share instead, which only loosens the bound.)
 const ARC_COUNTS: f64 = 16.0;
 /// The share of the heap the spray added that the first sweep after it must give back.
 const RETURNED: f64 = 0.95;
