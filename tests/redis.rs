@@ -513,8 +513,9 @@ async fn the_module_and_the_script_take_turns_on_the_same_keys(server: RedisServ
     }
 }
 
-/// Any client may send `SLIDEGATE.RUN`: malformed calls get an error (never a crash, never
-/// an allocation the arguments choose without bound), and a good call still works after.
+/// Any client may send `SLIDEGATE.RUN`: calls of the wrong shape get an error (never a
+/// crash, never an allocation the arguments choose without bound), an entry whose key holds
+/// another type gets its own entry error, and a good call still works after.
 async fn the_module_answers_malformed_calls_with_errors(server: RedisServer) {
     let port = server.port;
     redis_command(port, "RPUSH alist x").unwrap();
@@ -531,11 +532,13 @@ async fn the_module_answers_malformed_calls_with_errors(server: RedisServer) {
         "SLIDEGATE.RUN k 2 k k:book 1000 2000 1 3 1000 0 0 check 1",
         "SLIDEGATE.RUN k 2 k k:book 1000 2000 1 -3 1000 1000 0 check 1",
         "SLIDEGATE.RUN k 2 k k:book x 2000 1 3 1000 1000 0 check 1",
-        "SLIDEGATE.RUN alist 1 alist 1000 2000 1 3 1000 1000 0 check 1",
     ] {
         let reply = redis_command(port, call).unwrap_or_default();
         assert!(reply.starts_with('-'), "{call}: {reply:?}");
     }
+    let reply = redis_command(port, "SLIDEGATE.RUN alist 1 alist 1000 2000 1 3 1000 1000 0 check 1").unwrap();
+    assert_eq!(reply, "*5\r\n:3\r\n:3\r\n:0\r\n:0\r\n:1000\r\n", "WRONGTYPE, as entry error 3");
+    assert_eq!(redis_command(port, "LLEN alist").as_deref(), Some(":1\r\n"), "the list is left alone");
     assert_eq!(redis_command(port, "PING").as_deref(), Some("+PONG\r\n"));
     let reply = redis_command(port, "SLIDEGATE.RUN k 1 k 1000 2000 1 3 1000 1000 0 check 1").unwrap();
     assert!(reply.starts_with("*5\r\n:0\r\n:0\r\n:2\r\n"), "{reply:?}");

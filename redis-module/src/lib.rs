@@ -6,21 +6,31 @@
 //! <numkeys> <keys...> <args...>` of `src/redis/limiter.lua` takes, but with only each
 //! entry's windows key (checks and peeks need no bookkeeping key) and the first key also in
 //! front (so that a Cluster client routes it), for the modes `check` and `peek`, and returns
-//! what the script returns, reading and writing the same bytes ([`window`]). The window is
-//! updated in place (`RedisModule_StringDMA`) and its expiry set (`RedisModule_SetExpire`);
-//! replicas and the AOF receive the effect (`SET key value PX ttl`), not the command, since
-//! the server's time differs on a replica.
+//! what the script returns, reading and writing the same bytes ([`window`]): five integers
+//! per entry, `{kind, limit, remaining, retry_ms, now_ms}`, kind 0 admitted, 1 refused,
+//! 2 cost above a limit's `max`, 3 an entry error (`{3, code, 0, 0, now}`, see
+//! [`args::EntryError`]). A bad entry never fails its neighbours; only a call whose shape,
+//! limits or size is wrong gets an `-ERR` ([`args`] has the caps). The window is updated in
+//! place (`RedisModule_StringDMA`) and its expiry set (`RedisModule_SetExpire`); replicas
+//! and the AOF receive the effect (`SET key value PX ttl`), not the command, since the
+//! server's time differs on a replica.
+//!
+//! The command is registered with `getkeys-api`: when the server asks (ACL checks, Cluster
+//! slot checks, `COMMAND GETKEYS`), it names every key the call may open
+//! ([`args::key_positions`]), so a user allowed only `~slidegate:*` cannot reach any other
+//! key through it, and a call naming keys of several slots is refused `CROSSSLOT`.
 //!
 //! The module API is reached without C: `RedisModule_OnLoad` receives the server's
 //! `RedisModule_GetApi` in the context's first word (as `redismodule.h`'s
 //! `RedisModule_Init` reads it) and asks it for each function used.
 
+pub mod args;
 pub mod window;
 
 use std::ffi::{c_char, c_int, c_longlong, c_void, CStr};
 use std::sync::OnceLock;
 
-use window::{Layout, Limit, Mode};
+use args::EntryError;
 
 /// The server's context of a call (opaque).
 #[repr(C)]
@@ -45,6 +55,11 @@ const READ: c_int = 1;
 const WRITE: c_int = 1 << 1;
 const KEYTYPE_EMPTY: c_int = 0;
 const KEYTYPE_STRING: c_int = 1;
+/// Key flags of `RedisModule_KeyAtPosWithFlags` (`REDISMODULE_CMD_KEY_*` in
+/// `redismodule.h`): read and written, its value read and updated.
+const KEY_RW: c_int = 1 << 1;
+const KEY_ACCESS: c_int = 1 << 4;
+const KEY_UPDATE: c_int = 1 << 5;
 
 type CmdFunc = extern "C" fn(*mut RedisModuleCtx, *mut *mut RedisModuleString, c_int) -> c_int;
 
@@ -72,6 +87,10 @@ struct Api {
     set_expire: unsafe extern "C" fn(*mut RedisModuleKey, c_longlong) -> c_int,
     replicate: unsafe extern "C" fn(*mut RedisModuleCtx, *const c_char, *const c_char, ...) -> c_int,
     milliseconds: unsafe extern "C" fn() -> c_longlong,
+    is_keys_position_request: unsafe extern "C" fn(*mut RedisModuleCtx) -> c_int,
+    key_at_pos: unsafe extern "C" fn(*mut RedisModuleCtx, c_int),
+    /// Redis 7 and later (flags say how each key is used); `key_at_pos` before.
+    key_at_pos_with_flags: Option<unsafe extern "C" fn(*mut RedisModuleCtx, c_int, c_int)>,
 }
 
 static API: OnceLock<Api> = OnceLock::new();
@@ -127,6 +146,9 @@ pub unsafe extern "C" fn RedisModule_OnLoad(
                 set_expire: lookup(get_api, c"RedisModule_SetExpire")?,
                 replicate: lookup(get_api, c"RedisModule_Replicate")?,
                 milliseconds: lookup(get_api, c"RedisModule_Milliseconds")?,
+                is_keys_position_request: lookup(get_api, c"RedisModule_IsKeysPositionRequest")?,
+                key_at_pos: lookup(get_api, c"RedisModule_KeyAtPos")?,
+                key_at_pos_with_flags: lookup(get_api, c"RedisModule_KeyAtPosWithFlags"),
             })
         })()
     };
@@ -135,7 +157,17 @@ pub unsafe extern "C" fn RedisModule_OnLoad(
     // SAFETY: `ctx` is the loading context; the strings are NUL-terminated statics.
     unsafe {
         (api.set_module_attribs)(ctx, c"slidegate".as_ptr(), 1, APIVER_1);
-        (api.create_command)(ctx, c"slidegate.run".as_ptr(), run_command, c"write deny-oom".as_ptr(), 1, 1, 1)
+        // `getkeys-api`, no static key range: the server asks the command for its keys
+        // (`args::key_positions`), so ACLs and Cluster slot checks see every key it opens.
+        (api.create_command)(
+            ctx,
+            c"slidegate.run".as_ptr(),
+            run_command,
+            c"write deny-oom getkeys-api".as_ptr(),
+            0,
+            0,
+            0,
+        )
     }
 }
 
@@ -155,123 +187,49 @@ unsafe fn bytes<'a>(api: &Api, s: *mut RedisModuleString) -> &'a [u8] {
     }
 }
 
-fn int(bytes: &[u8]) -> Option<i64> {
-    std::str::from_utf8(bytes).ok()?.parse().ok()
-}
-
-/// The parsed command: its entries (key, mode, cost), the time, the TTL and the layout.
-struct Parsed {
-    entries: Vec<(*mut RedisModuleString, Mode, i64)>,
-    now: Option<i64>,
-    ttl: i64,
-    layout: Layout,
-}
-
-fn parse(api: &Api, args: &[*mut RedisModuleString]) -> Result<Parsed, &'static CStr> {
-    // SAFETY: every argument is a valid string for the command's duration.
-    let arg = |i: usize| args.get(i).map(|&s| unsafe { bytes(api, s) });
-    let bad = c"ERR slidegate.run: malformed arguments";
-    let numkeys = usize::try_from(arg(2).and_then(int).ok_or(bad)?).map_err(|_| bad)?;
-    let at = 3usize.checked_add(numkeys).ok_or(bad)?;
-    let now = arg(at).ok_or(bad)?;
-    let now = if now.is_empty() { None } else { Some(int(now).ok_or(bad)?) };
-    let ttl = arg(at + 1).and_then(int).ok_or(bad)?;
-    let nl = usize::try_from(arg(at + 2).and_then(int).ok_or(bad)?).map_err(|_| bad)?;
-    if nl > 64 {
-        return Err(bad);
-    }
-    let mut limits = Vec::with_capacity(nl);
-    for i in 0..nl {
-        let b = at.saturating_add(3).saturating_add(i.saturating_mul(4));
-        let (max, window, p) = (arg(b).and_then(int), arg(b + 1).and_then(int), arg(b + 2).and_then(int));
-        let (max, window, p) = (max.ok_or(bad)?, window.ok_or(bad)?, p.ok_or(bad)?);
-        if p <= 0 || window % p != 0 {
-            return Err(bad);
-        }
-        limits.push(Limit { max, p, n: window / p, strict: arg(b + 3) == Some(b"1".as_slice()) });
-    }
-    let layout = Layout::new(limits).ok_or(bad)?;
-    let first = at.saturating_add(3).saturating_add(nl.saturating_mul(4));
-    let mut entries = Vec::with_capacity(numkeys.min(1024));
-    for j in 0..numkeys {
-        let key = *args.get(3 + j).ok_or(bad)?;
-        let mode = match arg(first + j * 2).ok_or(bad)? {
-            b"check" => Mode::Check,
-            b"peek" => Mode::Peek,
-            _ => return Err(c"ERR slidegate.run: only check and peek (add and push use the script)"),
-        };
-        let cost = arg(first + j * 2 + 1).and_then(int).filter(|&c| c >= 0).ok_or(bad)?;
-        entries.push((key, mode, cost));
-    }
-    Ok(Parsed { entries, now, ttl, layout })
-}
-
 extern "C" fn run_command(ctx: *mut RedisModuleCtx, argv: *mut *mut RedisModuleString, argc: c_int) -> c_int {
     let Some(api) = API.get() else { return ERR };
-    let args: &[*mut RedisModuleString] = match usize::try_from(argc) {
+    let strings: &[*mut RedisModuleString] = match usize::try_from(argc) {
         // SAFETY: the server passes `argc` valid argument pointers.
         Ok(n) if !argv.is_null() => unsafe { std::slice::from_raw_parts(argv, n) },
         _ => &[],
     };
-    let parsed = match parse(api, args) {
-        Ok(parsed) => parsed,
+    // SAFETY: every argument is a valid string for the command's duration.
+    let args: Vec<&[u8]> = strings.iter().map(|&s| unsafe { bytes(api, s) }).collect();
+    // SAFETY: `ctx` is the command's context.
+    if unsafe { (api.is_keys_position_request)(ctx) } != 0 {
+        // The server asks which arguments are keys (ACLs, Cluster slot checks, COMMAND
+        // GETKEYS): every key the call may open, read and written in place.
+        for position in args::key_positions(&args) {
+            let Ok(position) = c_int::try_from(position) else { break };
+            // SAFETY: `ctx` is the key-position request's context, `position` < argc.
+            unsafe {
+                match api.key_at_pos_with_flags {
+                    Some(with_flags) => with_flags(ctx, position, KEY_RW | KEY_ACCESS | KEY_UPDATE),
+                    None => (api.key_at_pos)(ctx, position),
+                }
+            }
+        }
+        return OK;
+    }
+    let call = match args::parse(&args) {
+        Ok(call) => call,
         // SAFETY: `ctx` is the command's context; the message is a NUL-terminated static.
-        Err(message) => return unsafe { (api.reply_with_error)(ctx, message.as_ptr()) },
+        Err(error) => return unsafe { (api.reply_with_error)(ctx, error.message().as_ptr()) },
     };
     // SAFETY: no arguments; the server's clock in ms.
-    let server_now = parsed.now.unwrap_or_else(|| unsafe { (api.milliseconds)() });
-    let mut replies = Vec::with_capacity(parsed.entries.len().saturating_mul(5));
-    for &(name, mode, cost) in &parsed.entries {
-        // SAFETY: `ctx` and the key name are the command's; the key is closed below, and
-        // the DMA pointer is used only while it is open, for the length the server gave.
-        unsafe {
-            let key = (api.open_key)(ctx, name, READ | WRITE);
-            if key.is_null() {
-                return (api.reply_with_error)(ctx, c"ERR slidegate.run: cannot open a key".as_ptr());
-            }
-            let kind = (api.key_type)(key);
-            if kind != KEYTYPE_EMPTY && kind != KEYTYPE_STRING {
-                (api.close_key)(key);
-                return (api.reply_with_error)(
-                    ctx,
-                    c"WRONGTYPE Operation against a key holding the wrong kind of value".as_ptr(),
-                );
-            }
-            let state = if kind == KEYTYPE_STRING {
-                let mut len = 0usize;
-                let ptr = (api.string_dma)(key, &mut len, READ);
-                (!ptr.is_null()).then(|| std::slice::from_raw_parts(ptr.cast::<u8>(), len).to_vec())
-            } else {
-                None
-            };
-            let outcome = window::run(&parsed.layout, state.as_deref(), server_now, mode, cost);
-            if let Some(written) = &outcome.written {
-                let mut len = 0usize;
-                let same = state.as_ref().is_some_and(|s| s.len() == written.len());
-                if !same {
-                    (api.string_truncate)(key, written.len());
-                }
-                let ptr = (api.string_dma)(key, &mut len, WRITE);
-                if !ptr.is_null() && len == written.len() {
-                    std::ptr::copy_nonoverlapping(written.as_ptr(), ptr.cast::<u8>(), len);
-                }
-                (api.set_expire)(key, parsed.ttl);
-                // Replicas and the AOF get the effect, not the command: the server's time
-                // differs on a replica.
-                (api.replicate)(
-                    ctx,
-                    c"SET".as_ptr(),
-                    c"sbcl".as_ptr(),
-                    name,
-                    written.as_ptr().cast::<c_char>(),
-                    written.len(),
-                    c"PX".as_ptr(),
-                    c_longlong::from(parsed.ttl),
-                );
-            }
-            (api.close_key)(key);
-            replies.extend(outcome.reply);
-        }
+    let server_now = call.now.unwrap_or_else(|| unsafe { (api.milliseconds)() });
+    let mut replies = Vec::with_capacity(call.entries.len().saturating_mul(5));
+    for entry in &call.entries {
+        let reply = match entry {
+            Ok(entry) => match strings.get(entry.key) {
+                // SAFETY: `ctx` is the command's context and `name` one of its arguments.
+                Some(&name) => unsafe { run_entry(api, ctx, name, entry, &call, server_now) },
+                None => EntryError::Key.reply(server_now),
+            },
+            Err(error) => error.reply(server_now),
+        };
+        replies.extend(reply);
     }
     // SAFETY: `ctx` is the command's context.
     unsafe {
@@ -281,4 +239,69 @@ extern "C" fn run_command(ctx: *mut RedisModuleCtx, argv: *mut *mut RedisModuleS
         }
     }
     OK
+}
+
+/// One entry on key `name`: its five replies (an entry error if the key holds another type
+/// or cannot be opened).
+///
+/// # Safety
+/// `ctx` is the running command's context and `name` one of its arguments (declared to the
+/// server by [`args::key_positions`]).
+unsafe fn run_entry(
+    api: &Api,
+    ctx: *mut RedisModuleCtx,
+    name: *mut RedisModuleString,
+    entry: &args::Entry,
+    call: &args::Call,
+    server_now: i64,
+) -> [i64; 5] {
+    // SAFETY: per the contract; the key is closed below, and the DMA pointer is used only
+    // while it is open, for the length the server gave.
+    unsafe {
+        let key = (api.open_key)(ctx, name, READ | WRITE);
+        if key.is_null() {
+            return EntryError::Key.reply(server_now);
+        }
+        let kind = (api.key_type)(key);
+        if kind != KEYTYPE_EMPTY && kind != KEYTYPE_STRING {
+            (api.close_key)(key);
+            return EntryError::WrongType.reply(server_now);
+        }
+        let state = if kind == KEYTYPE_STRING {
+            let mut len = 0usize;
+            let ptr = (api.string_dma)(key, &mut len, READ);
+            // A string of another length is another layout's (no state): not copied.
+            (!ptr.is_null() && len == call.layout.length)
+                .then(|| std::slice::from_raw_parts(ptr.cast::<u8>(), len).to_vec())
+        } else {
+            None
+        };
+        let outcome = window::run(&call.layout, state.as_deref(), server_now, entry.mode, entry.cost);
+        if let Some(written) = &outcome.written {
+            let mut len = 0usize;
+            let same = state.as_ref().is_some_and(|s| s.len() == written.len());
+            if !same {
+                (api.string_truncate)(key, written.len());
+            }
+            let ptr = (api.string_dma)(key, &mut len, WRITE);
+            if !ptr.is_null() && len == written.len() {
+                std::ptr::copy_nonoverlapping(written.as_ptr(), ptr.cast::<u8>(), len);
+            }
+            (api.set_expire)(key, call.ttl);
+            // Replicas and the AOF get the effect, not the command: the server's time
+            // differs on a replica.
+            (api.replicate)(
+                ctx,
+                c"SET".as_ptr(),
+                c"sbcl".as_ptr(),
+                name,
+                written.as_ptr().cast::<c_char>(),
+                written.len(),
+                c"PX".as_ptr(),
+                c_longlong::from(call.ttl),
+            );
+        }
+        (api.close_key)(key);
+        outcome.reply
+    }
 }

@@ -6,8 +6,7 @@
 //! units, the units of the closed slots `k-n+1 .. k-1`); per limit a ring of `n+1` entries,
 //! slot `s`'s units at position `s mod (n+1)`, for the closed slots `k-n .. k-1`.
 
-/// The most slots a limit may have here (slidegate's own limits have far fewer).
-pub const MOST_SLOTS: i64 = 1 << 20;
+use crate::args::{MOST_KEY_BYTES, MOST_LIMITS, MOST_MAX, MOST_SLOTS};
 
 /// One limit, as the script's arguments give it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,21 +41,32 @@ pub struct Layout {
 }
 
 impl Layout {
-    /// The layout of `limits`; `None` if a limit is malformed, or has more than
-    /// [`MOST_SLOTS`] slots (any client may send the command: no call may make the server
-    /// allocate without bound).
+    /// The layout of `limits`; `None` if a limit is malformed, or the layout is over a cap
+    /// (more than [`MOST_LIMITS`] limits, more than [`MOST_SLOTS`] slots in one, more than
+    /// [`MOST_KEY_BYTES`] in all): any client may send the command, and no call may make the
+    /// server allocate without bound.
+    ///
+    /// ```
+    /// use slidegate_redis::window::{Layout, Limit};
+    /// let minute = Limit { max: 5, p: 1000, n: 60, strict: false };
+    /// assert_eq!(Layout::new(vec![minute]).map(|l| l.length), Some(8 + 24 + 61 * 8));
+    /// assert!(Layout::new(vec![Limit { n: 1 << 20, ..minute }]).is_none());
+    /// ```
     pub fn new(limits: Vec<Limit>) -> Option<Layout> {
+        if limits.is_empty() || limits.len() > MOST_LIMITS {
+            return None;
+        }
         let mut length = limits.len().checked_mul(24)?.checked_add(8)?;
         let mut rings = Vec::with_capacity(limits.len());
         for l in &limits {
-            if l.max < 0 || l.p <= 0 || l.n <= 0 || l.n > MOST_SLOTS {
+            if !(0..=MOST_MAX).contains(&l.max) || l.p <= 0 || l.n <= 0 || l.n > MOST_SLOTS {
                 return None;
             }
             rings.push(length);
             let entries = usize::try_from(l.n.checked_add(1)?).ok()?;
             length = length.checked_add(entries.checked_mul(8)?)?;
         }
-        Some(Layout { limits, rings, length })
+        (length <= MOST_KEY_BYTES).then_some(Layout { limits, rings, length })
     }
 }
 
@@ -238,8 +248,17 @@ pub struct Outcome {
 }
 
 /// One entry on a key whose stored windows are `state` (`None`: none, or laid out for
-/// other limits), at the server's time `server_now` (ms).
-pub fn run(layout: &Layout, state: Option<&[u8]>, server_now: i64, mode: Mode, cost: i64) -> Outcome {
+/// other limits), at the server's time `server_now` (ms). A cost above a limit's `max` (any
+/// `u64`) is answered `{2, limit, remaining, 0, now}` and counts nothing.
+///
+/// ```
+/// use slidegate_redis::window::{run, Layout, Limit, Mode};
+/// let layout = Layout::new(vec![Limit { max: 5, p: 1000, n: 60, strict: false }]).unwrap();
+/// let first = run(&layout, None, 100_000, Mode::Check, 1);
+/// assert_eq!(first.reply, [0, 0, 4, 0, 100_000]);
+/// assert_eq!(run(&layout, first.written.as_deref(), 100_000, Mode::Check, u64::MAX).reply, [2, 0, 4, 0, 100_000]);
+/// ```
+pub fn run(layout: &Layout, state: Option<&[u8]>, server_now: i64, mode: Mode, cost: u64) -> Outcome {
     let state = state.filter(|s| s.len() == layout.length);
     let now = state.map_or(server_now, |s| server_now.max(read(s, 0)));
     let key = Key { state, layout };
@@ -256,13 +275,15 @@ pub fn run(layout: &Layout, state: Option<&[u8]>, server_now: i64, mode: Mode, c
         best.unwrap_or((0, 0))
     };
     for (i, l) in layout.limits.iter().enumerate() {
-        if cost > l.max {
+        if u64::try_from(l.max).map_or(true, |max| cost > max) {
             return Outcome {
                 reply: [2, i64::try_from(i).unwrap_or(0), least_room(0).0, 0, now],
                 written: None,
             };
         }
     }
+    // At most one limit's `max` (below 2^53) from here on.
+    let cost = i64::try_from(cost).unwrap_or(i64::MAX);
     if pairs().all(|(l, w)| admits(l, w, cost)) {
         let written = (mode == Mode::Check && cost > 0).then(|| key.count(&windows, now, cost));
         let (r, at) = least_room(cost);
