@@ -26,10 +26,12 @@
 -- 'a:<client>' the last 'add' sequence number applied per client.
 --
 -- Returns, per entry, {kind, limit, remaining, retry_ms, now_ms}, one flat list; kind 0 =
--- admitted, 1 = refused by `limit`, 2 = cost above that limit's max. 'push' adds cost to
--- 'n' only and returns {n, now_ms, 0, 0, 0}. 'add' counts cost in every limit without
--- checking (units a fallback admitted while Redis was unreachable) and returns
--- {0, 0, 0, 0, now_ms}.
+-- admitted, 1 = refused by `limit`, 2 = cost above that limit's max, 3 = an entry error
+-- {3, code, 0, 0, now_ms} that fails this entry alone: code 1 an unknown mode, 2 a cost
+-- that is not a non-negative integer, 3 the windows key holds another type (left as it
+-- is). 'push' adds cost to 'n' only and returns {n, now_ms, 0, 0, 0}. 'add' counts cost in
+-- every limit without checking (units a fallback admitted while Redis was unreachable)
+-- and returns {0, 0, 0, 0, now_ms}.
 
 local server_now
 if ARGV[1] == '' then
@@ -258,8 +260,12 @@ local function run(key, book, state, mode, cost, extra)
   return reply(1, at, (least_room(windows, 0)), worst - now, now)
 end
 
+local modes = { check = true, peek = true, add = true, push = true }
+
 -- Every entry's windows in one read, then the entries in order. A key listed twice is read
--- again (the first may have written it).
+-- again (the first may have written it). MGET answers nil for a key of another type: such
+-- a key (found by TYPE, asked only when there is no string) is an entry error, never
+-- overwritten.
 local entries = #KEYS / 2
 local names = {}
 for j = 1, entries do names[j] = KEYS[j * 2 - 1] end
@@ -269,9 +275,21 @@ local first = 4 + nl * 4
 for j = 0, entries - 1 do
   local key = KEYS[j * 2 + 1]
   local state = states[j + 1]
-  if done[key] then state = redis.call('GET', key) end
+  if done[key] then
+    state = redis.pcall('GET', key)
+    if type(state) == 'table' then state = false end
+  end
   done[key] = true
   local a = first + j * 2
-  run(key, KEYS[j * 2 + 2], state, ARGV[a], tonumber(ARGV[a + 1]), { ARGV[a + 2], ARGV[a + 3] })
+  local mode, cost = ARGV[a], tonumber(ARGV[a + 1])
+  if not modes[mode] then
+    reply(3, 1, 0, 0, server_now)
+  elseif not cost or cost < 0 or cost ~= math.floor(cost) then
+    reply(3, 2, 0, 0, server_now)
+  elseif not state and mode ~= 'push' and redis.call('TYPE', key)['ok'] ~= 'none' then
+    reply(3, 3, 0, 0, server_now)
+  else
+    run(key, KEYS[j * 2 + 2], state, mode, cost, { ARGV[a + 2], ARGV[a + 3] })
+  end
 end
 return out

@@ -1,9 +1,10 @@
 //! One budget per key across many processes (feature `redis`): [`RedisLimiter`] runs the
 //! sliding window inside Redis, and [`HybridLimiter`] admits locally and syncs with Redis.
 //!
-//! **`RedisLimiter`** keeps, per key, one Redis string (`<prefix>{<key>}`: the hash tag puts
-//! all of a key's data on one Cluster slot) holding every limit's window as the in-process
-//! limiter does: the current slot, its units, the units of the closed slots wholly inside
+//! **`RedisLimiter`** keeps, per key, one Redis string (`<prefix>{<digest>}`, the digest the
+//! first 128 bits of the SHA-256 of the key's `Display` text in hex: the hash tag puts all
+//! of a key's data on one Cluster slot, and no key can choose that slot;
+//! [`RedisLimiter::redis_key`]) holding every limit's window as the in-process limiter does: the current slot, its units, the units of the closed slots wholly inside
 //! the window (a running sum), and a ring of the closed slots' units. It decides with one
 //! Lua script (`limiter.lua`, loaded once, called by SHA, reloaded on `NOSCRIPT`) that reads
 //! O(limits) values of that string (not one per slot), admits only if all limits have room,
@@ -15,8 +16,8 @@
 //! rewinds it. The string expires after the longest `window + precision` without an
 //! admission: by then every window is empty, so the expiry changes no decision, and refused
 //! requests never touch it (no "refresh extends the window"). A second key,
-//! `<prefix>{<key>}:book`, holds what hybrid replicas and fallbacks need (units pushed, the
-//! last `add` applied per client).
+//! `<prefix>{<digest>}:book`, holds what hybrid replicas and fallbacks need (units pushed,
+//! the last `add` applied per client).
 //!
 //! A server that loaded slidegate's Redis module (crate `slidegate-redis-module`,
 //! `libslidegate_redis.so`) answers checks and peeks through its command `SLIDEGATE.RUN`:
@@ -33,10 +34,18 @@
 //! one script start for many. On a Cluster, whose keys live on different nodes, each check
 //! is its own call. Each check's timeout runs from the moment it is queued.
 //!
-//! A check that fails (connection error) or takes longer than the timeout (default 5 ms) is
-//! decided by the [`Fallback`]: fail open, fail closed, or a local in-process limiter with
-//! the same limits, whose admissions are added to Redis once it answers again. The
-//! connection reconnects by itself. [`Checked::decided_by`] says which path decided.
+//! A check that fails (connection error, a server in a transient state such as `LOADING`
+//! or `CLUSTERDOWN`) or takes longer than the timeout (default 5 ms) is decided by the
+//! [`Fallback`]: fail open, fail closed, or a local in-process limiter with the same limits
+//! (at most [`max_keys`](RedisLimiterBuilder::max_keys) keys), whose admissions are added
+//! to Redis once it answers again. The connection reconnects by itself.
+//! [`Checked::decided_by`] says which path decided. Two refusals hold whatever the
+//! fallback: a cost above a limit's `max` is `CostTooLarge` on every path (a larger cost
+//! is sent as the largest `max + 1`), and a check the server answers with an error that
+//! retrying cannot change (`WRONGTYPE`, `NOPERM`, an entry error) is refused as
+//! `Fallback::Closed` refuses and counted ([`RedisLimiter::server_errors`]); what the
+//! fallback owes for such a key is dropped and counted
+//! ([`RedisLimiter::dropped_owed_units`]), never owed for ever.
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), slidegate::redis::SetupError> {
@@ -56,7 +65,11 @@
 //! # }
 //! ```
 
+mod fallback;
 mod hybrid;
+mod keys;
+mod owed;
+mod reply;
 
 pub use hybrid::HybridLimiter;
 
@@ -73,7 +86,10 @@ use ::redis::cluster_async::ClusterConnection;
 use ::redis::{RedisError, RedisResult, Script};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
-use crate::{ConfigError, Decision, Limit, Limiter, ManualClock};
+use crate::{ConfigError, Limit, Limiter, ManualClock};
+use keys::book_key;
+use owed::Ledger;
+use reply::Answer;
 
 /// Why a Redis limiter could not be built.
 #[derive(Debug)]
@@ -84,6 +100,9 @@ pub enum SetupError {
     NoServer,
     /// Connecting failed.
     Redis(RedisError),
+    /// The key prefix holds `{` or `}`: Redis Cluster would hash part of the prefix rather
+    /// than each key's own hash tag.
+    Prefix(String),
 }
 
 impl fmt::Display for SetupError {
@@ -92,6 +111,9 @@ impl fmt::Display for SetupError {
             SetupError::Config(e) => write!(f, "{e}"),
             SetupError::NoServer => f.write_str("no Redis server: give .url(...) or .cluster(...)"),
             SetupError::Redis(e) => write!(f, "cannot connect to Redis: {e}"),
+            SetupError::Prefix(prefix) => {
+                write!(f, "the Redis key prefix {prefix:?} holds a brace ({{ or }}), which would choose the Cluster slot")
+            }
         }
     }
 }
@@ -108,14 +130,6 @@ impl From<RedisError> for SetupError {
     fn from(e: RedisError) -> Self {
         SetupError::Redis(e)
     }
-}
-
-/// A unit count the local fallback admitted, for Redis once it answers again.
-struct Owed {
-    redis_key: String,
-    cost: u64,
-    at: u64,
-    seq: u64,
 }
 
 /// The connection: one multiplexed connection (reconnecting by itself), or a Cluster.
@@ -177,6 +191,10 @@ struct Remote {
     prefix: String,
     /// The limits as script arguments, and the hash's TTL.
     limit_args: Vec<u64>,
+    /// The largest `max` of the limits: a check or peek of a larger cost is sent with
+    /// `most + 1` (refused as `CostTooLarge` all the same, and within what the script
+    /// computes exactly and the module parses).
+    most: u64,
     ttl_ms: u64,
     time: Time,
     timeout: Duration,
@@ -191,8 +209,23 @@ struct Remote {
 }
 
 impl Remote {
+    /// `key`'s windows key in Redis: the prefix and a digest of the key as its hash tag
+    /// (see [`keys`]).
     fn key(&self, key: &impl fmt::Display) -> String {
-        format!("{}{{{key}}}", self.prefix)
+        keys::windows_key(&self.prefix, key)
+    }
+
+    /// The cost sent for an entry: a check's or peek's above every `max` as `most + 1`.
+    fn sent_cost(&self, e: &Entry<'_>) -> u64 {
+        match e.mode {
+            Mode::Check | Mode::Peek => e.cost.min(self.most.saturating_add(1)),
+            Mode::Add | Mode::Push => e.cost,
+        }
+    }
+
+    /// The first limit whose `max` is below `cost`: a request no path may admit.
+    fn too_large(&self, cost: u64) -> Option<usize> {
+        self.limit_args.chunks(4).position(|limit| limit.first().is_some_and(|&max| cost > max))
     }
 
     /// Runs the script (or the module) for `key` (already a Redis key) within the timeout:
@@ -231,7 +264,7 @@ impl Remote {
                 }
                 cmd.arg(&now).arg(self.ttl_ms).arg(limits).arg(&self.limit_args[..]);
                 for e in entries {
-                    cmd.arg(e.mode.name()).arg(e.cost);
+                    cmd.arg(e.mode.name()).arg(self.sent_cost(e));
                 }
                 let reply = match self.conn.clone() {
                     Conn::Single(mut conn) => cmd.query_async(&mut conn).await,
@@ -307,7 +340,7 @@ impl Remote {
         }
         invocation.arg(now).arg(self.ttl_ms).arg(limits).arg(&self.limit_args[..]);
         for e in entries {
-            invocation.arg(e.mode.name()).arg(e.cost);
+            invocation.arg(e.mode.name()).arg(self.sent_cost(e));
         }
         if let Some((client, seq)) = add {
             invocation.arg(client).arg(seq);
@@ -363,6 +396,11 @@ struct Pending {
     reply: oneshot::Sender<RedisResult<Vec<i64>>>,
 }
 
+/// The default of [`RedisLimiterBuilder::max_keys`]: the most keys an in-process limiter of
+/// a Redis-backed limiter holds (its fallback's, or a hybrid replica's), and the most keys
+/// `Fallback::Local` owes Redis at once.
+pub const DEFAULT_MAX_KEYS: usize = 100_000;
+
 /// The most checks sent in one script call.
 const MOST_PER_BATCH: usize = 64;
 /// The most batches in flight at once, through the script and through the module: while
@@ -396,35 +434,20 @@ async fn batches(remote: Arc<Remote>, mut queue: mpsc::UnboundedReceiver<Pending
     }
 }
 
-/// The key of `redis_key`'s replica bookkeeping (same hash tag, so the same Cluster slot).
-fn book_key(redis_key: &str) -> String {
-    format!("{redis_key}:book")
-}
-
-/// The decision in a script's reply.
-fn decision_of(reply: &[i64]) -> Option<Decision> {
-    let [kind, limit, remaining, retry_ms, ..] = *reply else { return None };
-    let (limit, remaining) = (usize::try_from(limit).ok()?, u64::try_from(remaining).ok()?);
-    match kind {
-        0 => Some(Decision::allowed(remaining, limit)),
-        1 => {
-            Some(Decision::limited(limit, remaining, u64::try_from(retry_ms).ok()?.saturating_mul(1_000_000)))
-        }
-        2 => Some(Decision::cost_too_large(limit, remaining)),
-        _ => None,
-    }
-}
-
 /// A sliding-window limiter whose state lives in Redis: see the [module docs](self).
 pub struct RedisLimiter<K> {
     remote: Arc<Remote>,
     fallback: Fallback,
     local: Option<Limiter<K>>,
-    /// Units the local fallback admitted while Redis was unreachable: `(redis key, cost,
-    /// ms)`, added to Redis by the next call that reaches it.
-    owed: Mutex<Vec<Owed>>,
+    /// Units the local fallback admitted while Redis was unreachable, per Redis key (at
+    /// most `max_keys` keys), added to Redis by the checks that reach it ([`owed`]).
+    owed: Mutex<Ledger>,
     /// Set (under `owed`'s lock) while `owed` holds anything: checks skip the lock otherwise.
     owing: AtomicBool,
+    /// Checks refused because the server answered an error that retrying cannot change.
+    server_errors: AtomicU64,
+    /// Owed units dropped because Redis refused to add them (an error no retry changes).
+    dropped_owed: AtomicU64,
     /// This limiter's id in Redis, and the sequence numbers of what it owes, so that an
     /// `add` whose reply was lost (a timeout) and is retried is applied once.
     client: String,
@@ -474,6 +497,7 @@ where
             sync_interval: Duration::from_millis(50),
             module: true,
             module_recheck: Duration::from_secs(30),
+            max_keys: DEFAULT_MAX_KEYS,
             batch: 1000,
             _key: std::marker::PhantomData,
         }
@@ -513,6 +537,25 @@ where
         self.run(key, Mode::Peek, 1).await
     }
 
+    /// The name of `key`'s windows in Redis (its bookkeeping is the same name with `:book`
+    /// after it): the prefix, then the first 128 bits of the SHA-256 of the key's
+    /// `Display` text, in hex, as the Cluster hash tag. The key's own bytes never reach a
+    /// Redis key name, so no key can choose its slot or split its two Redis keys.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), slidegate::redis::SetupError> {
+    /// use slidegate::redis::RedisLimiter;
+    /// use slidegate::Limit;
+    /// let limiter = RedisLimiter::<String>::builder().url("redis://127.0.0.1:6379").limit(Limit::per_second(10)).build().await?;
+    /// // `printf 203.0.113.7 | sha256sum` begins fec52565aa0cf18f57d7cf5b3ac72850
+    /// assert_eq!(limiter.redis_key(&"203.0.113.7".to_owned()), "slidegate:{fec52565aa0cf18f57d7cf5b3ac72850}");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn redis_key(&self, key: &K) -> String {
+        self.remote.key(key)
+    }
+
     /// Forgets `key` in Redis: `true` if it held anything.
     pub async fn reset(&self, key: &K) -> RedisResult<bool> {
         let redis_key = self.remote.key(key);
@@ -530,9 +573,9 @@ where
 
     async fn run(&self, key: &K, mode: Mode, cost: u64) -> Checked {
         let redis_key = self.remote.key(key);
-        // Redis decides only once it holds every unit the fallback admitted meanwhile.
-        if !self.repay().await {
-            return self.fall_back(key, redis_key, mode, cost);
+        // Redis decides a key only once it holds what the fallback admitted for it.
+        if !self.repay(&redis_key).await {
+            return self.fall_back(key, &redis_key, mode, cost);
         }
         let reply = match &self.batcher {
             Some(queue) if matches!(mode, Mode::Check | Mode::Peek) => {
@@ -540,100 +583,19 @@ where
                 let pending = Pending { redis_key: redis_key.clone(), mode, cost, reply };
                 match queue.send(pending) {
                     Ok(()) => match tokio::time::timeout(self.remote.timeout, answer).await {
-                        Ok(Ok(reply)) => reply.ok(),
+                        Ok(Ok(reply)) => Some(reply),
                         _ => None,
                     },
                     Err(_) => None,
                 }
             }
-            _ => self.remote.call(&redis_key, mode, cost, None, None).await.ok(),
+            _ => Some(self.remote.call(&redis_key, mode, cost, None, None).await),
         };
-        match reply.as_deref().and_then(decision_of) {
-            Some(decision) => Checked::new(decision, DecidedBy::Server),
-            None => self.fall_back(key, redis_key, mode, cost),
+        match reply::answer(reply.as_ref()) {
+            Answer::Decided(decision) => Checked::new(decision, DecidedBy::Server),
+            Answer::Refused => self.refuse_on_server_error(),
+            Answer::Unavailable => self.fall_back(key, &redis_key, mode, cost),
         }
-    }
-
-    fn fall_back(&self, key: &K, redis_key: String, mode: Mode, cost: u64) -> Checked {
-        match (self.fallback, &self.local) {
-            (Fallback::Local, Some(local)) => {
-                let decision = match mode {
-                    Mode::Peek => local.peek(key),
-                    _ => local.check_n(key, cost),
-                };
-                if decision.is_allowed() && matches!(mode, Mode::Check) && cost > 0 {
-                    let at = self.remote.time.now_ms().unwrap_or_else(wall_ms);
-                    // Relaxed: a unique number, nothing is published with it.
-                    let seq = self.seq.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
-                    if let Ok(mut owed) = self.owed.lock() {
-                        owed.push(Owed { redis_key, cost, at, seq });
-                        // Release: a check that sees the flag (Acquire) then finds the entry
-                        // under the lock (the lock orders it anyway; the flag only skips it).
-                        self.owing.store(true, Ordering::Release);
-                    }
-                }
-                Checked::new(decision, DecidedBy::Local)
-            }
-            (Fallback::Closed, _) => {
-                let retry = u64::try_from(self.closed_retry.as_nanos()).unwrap_or(u64::MAX);
-                Checked::new(Decision::limited(0, 0, retry), DecidedBy::FailClosed)
-            }
-            _ => Checked::new(Decision::allowed(0, 0), DecidedBy::FailOpen),
-        }
-    }
-
-    /// Adds what the local fallback admitted to Redis, once Redis answers: `false` if some
-    /// of it could not be added yet.
-    async fn repay(&self) -> bool {
-        // Acquire pairs with the Release store after a push: an entry pushed before this
-        // check began is seen. (One pushed concurrently is repaid by a later check.)
-        if !self.owing.load(Ordering::Acquire) {
-            return true;
-        }
-        let owed = match self.owed.lock() {
-            Ok(mut owed) if !owed.is_empty() => {
-                self.owing.store(false, Ordering::Relaxed);
-                std::mem::take(&mut *owed)
-            }
-            _ => return true,
-        };
-        // In order, stopping at the first failure: Redis applies an entry only if its
-        // number is above the last one it applied for this limiter.
-        let mut entries = owed.into_iter();
-        while let Some(entry) = entries.next() {
-            let reply = self
-                .remote
-                .call(
-                    &entry.redis_key,
-                    Mode::Add,
-                    entry.cost,
-                    Some(entry.at),
-                    Some((&self.client, entry.seq)),
-                )
-                .await;
-            if reply.is_err() {
-                if let Ok(mut owed) = self.owed.lock() {
-                    let newer = std::mem::take(&mut *owed);
-                    owed.push(entry);
-                    owed.extend(entries);
-                    owed.extend(newer);
-                    self.owing.store(true, Ordering::Release);
-                }
-                return false;
-            }
-        }
-        true
-    }
-
-    /// Units the local fallback admitted that Redis has not been told about yet.
-    ///
-    /// ```no_run
-    /// # async fn f(limiter: slidegate::redis::RedisLimiter<u64>) {
-    /// assert_eq!(limiter.owed_units(), 0); // Redis has every admission
-    /// # }
-    /// ```
-    pub fn owed_units(&self) -> u64 {
-        self.owed.lock().map_or(0, |owed| owed.iter().map(|o| o.cost).sum())
     }
 }
 
@@ -649,6 +611,7 @@ pub struct RedisLimiterBuilder<K> {
     batch: u64,
     module: bool,
     module_recheck: Duration,
+    max_keys: usize,
     _key: std::marker::PhantomData<fn() -> K>,
 }
 
@@ -750,7 +713,28 @@ where
         self
     }
 
-    /// The prefix of every Redis key (default `"slidegate:"`).
+    /// The most keys the builder's in-process limiter holds (default
+    /// [`DEFAULT_MAX_KEYS`]): `RedisLimiter`'s [`Fallback::Local`] limiter, and the keys it
+    /// owes Redis (at most this many: while that many owe, the fallback refuses other keys
+    /// with `Denial::TooManyKeys` rather than admit what it could not record), and
+    /// `HybridLimiter`'s local limiter. A new key beyond it is refused with
+    /// `Denial::TooManyKeys`, as [`LimiterBuilder::max_keys`](crate::LimiterBuilder::max_keys)
+    /// refuses it; `0` is taken as 1.
+    ///
+    /// ```
+    /// use slidegate::redis::RedisLimiter;
+    /// use slidegate::Limit;
+    /// let builder = RedisLimiter::<u64>::builder().limit(Limit::per_second(10)).max_keys(10_000);
+    /// # let _ = builder;
+    /// ```
+    pub fn max_keys(mut self, max_keys: usize) -> Self {
+        self.max_keys = max_keys.max(1);
+        self
+    }
+
+    /// The prefix of every Redis key (default `"slidegate:"`). It must not hold `{` or
+    /// `}` (`build` answers [`SetupError::Prefix`]): each key's hash tag is a digest of the
+    /// key, which a brace in the prefix would override.
     pub fn prefix(mut self, prefix: &str) -> Self {
         prefix.clone_into(&mut self.prefix);
         self
@@ -777,10 +761,13 @@ where
         if let Time::Manual(clock) = &self.time {
             builder = builder.clock(clock.clone());
         }
-        builder.build()
+        builder.max_keys(self.max_keys).build()
     }
 
     async fn remote(&self) -> Result<Remote, SetupError> {
+        if !keys::prefix_is_valid(&self.prefix) {
+            return Err(SetupError::Prefix(self.prefix.clone()));
+        }
         // The script computes in doubles: every product of a count and a slot length (ms)
         // must stay below 2^53 to be exact.
         for limit in &self.limits {
@@ -840,6 +827,7 @@ where
             conn,
             script: Script::new(include_str!("limiter.lua")),
             prefix: self.prefix.clone(),
+            most: self.limits.iter().map(Limit::max).max().unwrap_or(0),
             limit_args,
             ttl_ms,
             time: self.time.clone(),
@@ -866,8 +854,10 @@ where
             remote,
             fallback: self.fallback,
             local: (self.fallback == Fallback::Local).then_some(local),
-            owed: Mutex::new(Vec::new()),
+            owed: Mutex::new(Ledger::new(self.max_keys)),
             owing: AtomicBool::new(false),
+            server_errors: AtomicU64::new(0),
+            dropped_owed: AtomicU64::new(0),
             client: format!("{:x}", ahash::RandomState::new().hash_one(std::process::id())),
             seq: AtomicU64::new(0),
             closed_retry,
