@@ -74,7 +74,8 @@ fn gateway(upstream: Upstream) -> Result<Router, Box<dyn std::error::Error>> {
         .limit(Limit::per_minute(300))
         .max_keys(MAX_KEYS)
         .build()?;
-    // Every spelling of /login (//login, /%6Cogin, /api/../login) counts as /login.
+    // Every spelling of /login (//login, /%6Cogin, /login;x=1) counts as /login; a dot
+    // segment (/api/../login) is refused with 400.
     let ip_layer = RateLimitLayer::new("per-ip", per_ip, PeerIp)?.route("/login", "login", login)?;
     let key_layer = RateLimitLayer::new("api-key", per_key, HeaderKey::new("x-api-key")?)?
         .fallback_key(HeaderValue::from_static("anonymous"));

@@ -17,7 +17,7 @@
 //! | `CostTooLarge` (a cost above a limit's `max`: it can never pass) | 413 Content Too Large | `RateLimit-Policy`, `RateLimit` (no `Retry-After`) |
 //! | `TableFull` (the route's limiter at `max_keys`) | 503 Service Unavailable | none |
 //! | `MissingKey` (no key, no fallback key) | 500 Internal Server Error | none |
-//! | `UnsafePath` (no single normal form) | 400 Bad Request | none |
+//! | `UnsafePath` (no single normal form: a dot segment, an encoded `/`) | 400 Bad Request | none |
 //!
 //! Every route's limiter must have [`max_keys`](crate::LimiterBuilder::max_keys): keys come
 //! from clients, and a client choosing new keys (addresses, header values) must not grow
@@ -554,14 +554,18 @@ where
     ///
     /// **Paths are matched as an upstream that normalises would route them**, so that no
     /// other spelling of a limited path escapes its limit: percent-escapes decoded
-    /// (`/%6Cogin` is `/login`), repeated slashes merged (`//login`), dot segments removed
-    /// (`/./login`, `/api/../login`), path parameters dropped (`/login;x=1`), and, with
-    /// [`ignore_case`](Self::ignore_case), ASCII case folded. A path that has no single
-    /// normal form (an encoded `/`, `\`, `%` or control byte, such as `/%2Flogin`; a
-    /// malformed escape; a raw `\`) is refused with 400 Bad Request
-    /// ([`RefusalKind::UnsafePath`]) whatever its route: servers disagree on what it means.
-    /// `prefix` itself is normalised the same way ([`LayerError::InvalidRoute`] if it
-    /// cannot be). The request is passed on unchanged.
+    /// (`/%6Cogin` is `/login`), repeated slashes merged (`//login`), path parameters
+    /// dropped (`/login;x=1`), and, with [`ignore_case`](Self::ignore_case), ASCII case
+    /// folded. A path that has no single normal form is refused with 400 Bad Request
+    /// ([`RefusalKind::UnsafePath`]) whatever its route, as servers disagree on what it
+    /// means: an encoded `/`, `\`, `%` or control byte (`/%2Flogin`), a malformed escape,
+    /// a raw `\`, and a dot segment (`.` or `..`, encoded or not, with or without
+    /// parameters: `/users/..`, `/users/%2e%2e;x=1`). An upstream that resolves dot
+    /// segments routes `/users/..` to `/`, while axum routes it to `/users/{id}`; clients
+    /// resolve them before sending, so refusing them costs no real request, and it
+    /// guarantees that normalising never takes a path out from under a prefix its raw form
+    /// is under. `prefix` itself is normalised the same way ([`LayerError::InvalidRoute`]
+    /// if it cannot be). The request is passed on unchanged.
     ///
     /// ```
     /// use std::net::IpAddr;
@@ -713,7 +717,8 @@ pub enum RefusalKind {
     /// The extractor found no key and there is no fallback key: 500 Internal Server Error
     /// (the layer is configured for requests it cannot key).
     MissingKey,
-    /// The path has no single normal form (see [`RateLimitLayer::route`]): 400 Bad Request.
+    /// The path has no single normal form (a dot segment, an encoded `/`: see
+    /// [`RateLimitLayer::route`]): 400 Bad Request.
     UnsafePath,
 }
 
@@ -997,7 +1002,7 @@ impl Refusal {
     fn without_decision<K>(kind: RefusalKind, route: &Route<K>) -> Refusal {
         let detail = match kind {
             RefusalKind::MissingKey => "the request carries no rate-limiting key",
-            _ => "the request path has no single normal form (an encoded '/', '\\' or '%', a malformed escape, or a '\\')",
+            _ => "the request path has no single normal form (a '.' or '..' segment, an encoded '/', '\\' or '%', a malformed escape, or a '\\')",
         };
         Refusal { kind, route: route.name.clone(), decision: None, headers: HeaderMap::new(), detail }
     }

@@ -257,24 +257,26 @@ async fn no_spelling_of_a_limited_path_escapes_its_limit() {
     let (app, reached) = counting_upstream();
     let addr = serve(app.layer(layer)).await;
     assert_eq!(raw_get(addr, "/login", "").await.0, 200);
-    let spellings = [
-        "//login",
-        "/./login",
-        "/%6Cogin",
-        "/%6cogin",
-        "/api/../login",
-        "/LOGIN/../login",
-        "/login;jsessionid=1",
-        "/x/..;/login",
-        "/%2e%2e/login",
-        "///login/",
-        "/login/.",
-    ];
+    let spellings = ["//login", "/%6Cogin", "/%6cogin", "/login;jsessionid=1", "/;x/login", "///login/"];
     for spelling in spellings {
         assert_eq!(raw_get(addr, spelling, "").await.0, 429, "{spelling} is /login, already used");
     }
-    // No single normal form: refused whatever the route.
-    for unsafe_path in ["/%2Flogin", "/%2flogin", "/%5Clogin", "/%256Cogin", "/%zzlogin", "/%00login"] {
+    // No single normal form: refused whatever the route (dot segments too:
+    // tests/gateway_hostile.rs shows why, against axum's own routing).
+    for unsafe_path in [
+        "/%2Flogin",
+        "/%2flogin",
+        "/%5Clogin",
+        "/%256Cogin",
+        "/%zzlogin",
+        "/%00login",
+        "/./login",
+        "/api/../login",
+        "/LOGIN/../login",
+        "/x/..;/login",
+        "/%2e%2e/login",
+        "/login/.",
+    ] {
         assert_eq!(raw_get(addr, unsafe_path, "").await.0, 400, "{unsafe_path}");
     }
     assert_eq!(
