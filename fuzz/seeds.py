@@ -11,6 +11,11 @@ configuration.
 model_ops: inputs in the byte format documented at the top of
 fuzz_targets/model_ops.rs: every algorithm on the limit table, bursts to refusal, slot
 boundaries, the slot tags' wrap points, huge advances and costs, and tiers.
+
+module_args: SLIDEGATE.RUN calls (arguments separated by spaces, see
+fuzz_targets/module_args.rs): good calls, calls at and over every cap, bad entries among
+good ones, costs at the edges, malformed limits and times, and stored windows of any bytes
+(NaN and huge doubles included) after a newline.
 """
 
 import os
@@ -208,6 +213,52 @@ def model_ops_seeds():
     return seeds
 
 
+# ----------------------------------------------------------------------------- module_args
+
+def module_call(keys, limits, entries, now="1000", ttl="61000"):
+    """One SLIDEGATE.RUN call as the target reads it: arguments joined by single spaces."""
+    args = ["slidegate.run", keys[0] if keys else "k", str(len(keys))] + list(keys)
+    args += [now, ttl, str(len(limits))]
+    for limit in limits:
+        args += [str(v) for v in limit]
+    for mode, cost in entries:
+        args += [mode, str(cost)]
+    return " ".join(args).encode()
+
+
+def module_args_seeds():
+    minute = (5, 60000, 1000, 0)
+    strict_hour = (100, 3600000, 60000, 1)
+    seeds = {
+        "one-check": module_call(["k"], [minute], [("check", 1)]),
+        "server-time": module_call(["k"], [minute], [("check", 1)], now=""),
+        "peek": module_call(["k"], [minute], [("peek", 1)]),
+        "three-limits": module_call(["k", "j"], [(5, 1000, 1000, 1), minute, strict_hour],
+                                    [("check", 3), ("peek", 1)]),
+        "a-batch-with-bad-entries": module_call(
+            ["a", "b", "c", "d", "e", "a"], [minute],
+            [("check", 1), ("check", -1), ("add", 1), ("check", 18446744073709551616),
+             ("check", 18446744073709551615), ("check", 2)]),
+        "costs-at-the-edges": module_call(["k", "k", "k"], [(9007199254740991, 1000, 1000, 0)],
+                                          [("check", 9007199254740991), ("check", 9007199254740992),
+                                           ("check", 0)]),
+        "at-the-caps": module_call(["k"], [(5, 3600, 1, 0)] * 8, [("check", 1)]),
+        "nine-limits": module_call(["k"], [minute] * 9, [("check", 1)]),
+        "too-many-slots": module_call(["k"], [(5, 3601, 1, 0)], [("check", 1)]),
+        "too-many-keys": module_call([f"k{i}" for i in range(65)], [minute], [("check", 1)] * 65),
+        "sixty-four-keys": module_call([f"k{i}" for i in range(64)], [minute], [("check", 1)] * 64),
+        "bad-limits": module_call(["k"], [(5, 60000, 7000, 0), (-1, 1000, 1000, 0)], [("check", 1)]),
+        "bad-time": module_call(["k"], [minute], [("check", 1)], now="-5", ttl="0"),
+        "short": b"slidegate.run k 2 k",
+        "numkeys-huge": b"slidegate.run k 99999999999 k",
+        "with-state": module_call(["k", "k"], [minute], [("check", 1), ("check", 1)])
+        + b"\n" + bytes(range(256)),
+        "with-nan-state": module_call(["k"], [(3, 4000, 1000, 1)], [("check", 1)])
+        + b"\n" + b"\xff\xff\xff\xff\xff\xff\xf8\x7f" * 3 + b"\x00\x00\x00\x00\x00\x00\xf0\x43",
+    }
+    return seeds
+
+
 def write(base, target, seeds):
     directory = os.path.join(base, target)
     os.makedirs(directory, exist_ok=True)
@@ -221,3 +272,4 @@ if __name__ == "__main__":
     base = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "corpus")
     write(base, "limit_config", limit_config_seeds())
     write(base, "model_ops", model_ops_seeds())
+    write(base, "module_args", module_args_seeds())
