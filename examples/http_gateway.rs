@@ -14,7 +14,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use axum::body::Body;
 use axum::extract::{OriginalUri, State};
-use axum::http::{HeaderValue, Request, Response, StatusCode, Uri};
+use axum::http::{Request, Response, StatusCode, Uri};
 use axum::Router;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
@@ -68,7 +68,7 @@ fn gateway(upstream: Upstream) -> Result<Router, Box<dyn std::error::Error>> {
         .build()?;
     let login =
         Limiter::<IpAddr>::builder().name("login").limit(Limit::per_minute(5)).max_keys(MAX_KEYS).build()?;
-    let per_key = Limiter::<HeaderValue>::builder()
+    let per_key = Limiter::<Vec<u8>>::builder()
         .name("api-key")
         .limit(Limit::per_second(10))
         .limit(Limit::per_minute(300))
@@ -78,7 +78,7 @@ fn gateway(upstream: Upstream) -> Result<Router, Box<dyn std::error::Error>> {
     // segment (/api/../login) is refused with 400.
     let ip_layer = RateLimitLayer::new("per-ip", per_ip, PeerIp)?.route("/login", "login", login)?;
     let key_layer = RateLimitLayer::new("api-key", per_key, HeaderKey::new("x-api-key")?)?
-        .fallback_key(HeaderValue::from_static("anonymous"));
+        .fallback_key(b"anonymous".to_vec());
     let api = Router::new().fallback(proxy).layer(key_layer);
     Ok(Router::new().nest("/api", api).fallback(proxy).layer(ip_layer).with_state(upstream))
 }

@@ -1,8 +1,9 @@
 //! The hidden-cost guard: a check on a key the limiter already holds allocates nothing,
 //! a hot key or one of many, admitted, refused or shadow-refused,
 //! with one limit or several, for every algorithm but the sliding log (whose admissions
-//! allocate its new snapshot; its refusals must not); and the tower layer's `ForwardedFor`
-//! reads proxy headers without allocating. A counting global allocator sees every allocation of the
+//! allocate its new snapshot; its refusals must not); and the tower layer's extractors read
+//! proxy headers, header keys and paths without allocating, so that a check on
+//! a held header key allocates nothing either. A counting global allocator sees every allocation of the
 //! process; this file holds a single test so no other test thread allocates meanwhile, and
 //! the limiter runs on a `ManualClock` so it has no background thread either.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -137,7 +138,7 @@ fn checks_on_existing_keys_do_not_allocate() {
     // they are: no allocation per request either, over several header lines.
     #[cfg(feature = "tower")]
     {
-        use slidegate::tower::{ForwardedFor, KeyExtractor};
+        use slidegate::tower::{ForwardedFor, KeyError, KeyExtractor};
         use std::net::IpAddr;
 
         let mut req = http::Request::new(());
@@ -156,15 +157,46 @@ fn checks_on_existing_keys_do_not_allocate() {
             (ForwardedFor::new(3).rfc7239(), "192.0.2.60"),
             (proxies().rfc7239(), "2001:db8::"),
         ];
-        let mut keys: Vec<Option<IpAddr>> = Vec::with_capacity(cases.len());
+        let mut keys: Vec<Result<IpAddr, KeyError>> = Vec::with_capacity(cases.len());
         let n = allocations_during(|| {
             for (extractor, _) in &cases {
-                keys.push(extractor.extract(&req));
+                keys.push(extractor.extract(&req).map(|ip| *ip));
             }
         });
         assert_eq!(n, 0, "ForwardedFor::extract allocated {n} times");
         for ((_, expected), key) in cases.iter().zip(keys) {
-            assert_eq!(key, Some(expected.parse::<IpAddr>().unwrap()));
+            assert_eq!(key, Ok(expected.parse::<IpAddr>().unwrap()));
         }
+    }
+
+    // Header keys and normal paths are looked up where they lie in the request: a check on a key the limiter holds copies nothing. The
+    // limiter copies a key only to insert it (one allocation, its own bytes).
+    #[cfg(feature = "tower")]
+    {
+        use slidegate::tower::{HeaderKey, KeyExtractor, PathKey};
+
+        let req =
+            http::Request::get("/api/items?page=2").header("x-api-key", "k-0123456789").body(()).unwrap();
+        let (api_key, path) = (HeaderKey::new("x-api-key").unwrap(), PathKey::new());
+        let clock = ManualClock::new();
+        let bytes =
+            Limiter::<Vec<u8>>::builder().limit(Limit::per_second(10)).clock(clock.clone()).build().unwrap();
+        let paths =
+            Limiter::<String>::builder().limit(Limit::per_second(10)).clock(clock.clone()).build().unwrap();
+        let check = || {
+            let key = api_key.extract(&req).unwrap();
+            let api = bytes.check(&*key).is_allowed();
+            let key = path.extract(&req).unwrap();
+            api && paths.check(&*key).is_allowed()
+        };
+        assert!(allocations_during(|| assert!(check())) > 0, "the first check inserts the keys");
+        let mut admitted = 0;
+        let n = allocations_during(|| {
+            for _ in 0..9 {
+                admitted += usize::from(check());
+            }
+        });
+        assert_eq!(admitted, 9);
+        assert_eq!(n, 0, "checks on held header and path keys allocated {n} times");
     }
 }

@@ -1,6 +1,8 @@
-//! What a hostile client sends through a real axum server on loopback cannot escape a limit:
-//! dot segments are refused rather than routed past a limited route. Requests are written on
-//! the socket as they are (no client normalises them); the limiters run on a `ManualClock`.
+//! What a hostile client sends through a real axum server on loopback cannot escape a limit
+//! or page the operator: dot segments are refused rather than routed past a limited route,
+//! `PathKey` keys every spelling of a path as one, a malformed client-IP header is the
+//! client's 400, an overlong key is refused. Requests are written on the socket as they are
+//! (no client normalises them); the limiters run on a `ManualClock`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::net::{IpAddr, SocketAddr};
@@ -10,7 +12,7 @@ use std::sync::Arc;
 use axum::extract::Path;
 use axum::routing::get;
 use axum::Router;
-use slidegate::tower::{PeerIp, RateLimitLayer};
+use slidegate::tower::{ForwardedFor, HeaderKey, OnMalformed, PathKey, PeerIp, RateLimitLayer};
 use slidegate::{Limit, Limiter, ManualClock};
 
 /// Serves `app` on an ephemeral loopback port (with peer addresses).
@@ -44,6 +46,17 @@ fn limiter<K: std::hash::Hash + Eq + Clone + Send + Sync + 'static>(
         .clock(clock.clone())
         .build()
         .unwrap()
+}
+
+/// An upstream that answers every path, counting what reaches it.
+fn counting_upstream() -> (Router, Arc<AtomicUsize>) {
+    let reached = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&reached);
+    let app = Router::new().fallback(move || {
+        counter.fetch_add(1, Ordering::SeqCst);
+        async { "reached" }
+    });
+    (app, reached)
 }
 
 #[tokio::test]
@@ -94,4 +107,83 @@ async fn dot_segments_cannot_carry_a_request_past_a_limited_route() {
     // Dots inside a segment are no dot segment.
     assert_eq!(status(addr, "/users/...", "").await, 429);
     assert_eq!(status(addr, "/.well-known/x", "").await, 404);
+}
+
+#[tokio::test]
+async fn path_key_keys_every_spelling_of_a_path_as_one() {
+    let clock = ManualClock::new();
+    let (app, reached) = counting_upstream();
+    let layer = RateLimitLayer::new("paths", limiter::<String>(1, &clock), PathKey::new()).unwrap();
+    let addr = serve(app.layer(layer)).await;
+    assert_eq!(status(addr, "/search?q=1", "").await, 200);
+    for spelling in ["//search", "/%73earch", "/search;x=1", "///search?q=2"] {
+        assert_eq!(status(addr, spelling, "").await, 429, "{spelling} is /search, already used");
+    }
+    assert_eq!(status(addr, "/./search", "").await, 400, "a dot segment is refused");
+    assert_eq!(reached.load(Ordering::SeqCst), 1);
+    assert_eq!(status(addr, "/search/x", "").await, 200, "another path, another budget");
+}
+
+#[tokio::test]
+async fn a_malformed_client_ip_header_is_the_clients_400() {
+    let clock = ManualClock::new();
+    let layer = RateLimitLayer::new("p", limiter::<IpAddr>(1, &clock), ForwardedFor::new(1)).unwrap();
+    let addr = serve(counting_upstream().0.layer(layer)).await;
+    for header in [
+        "x-forwarded-for: 198.51.100.7,\r\n",
+        "x-forwarded-for: garbage\r\n",
+        "x-forwarded-for: 198.51.100.7, 203.0.113.9,,\r\n",
+        "x-forwarded-for: \r\n",
+        "x-forwarded-for: unknown\r\n",
+        "x-forwarded-for: 198.51.100.7:99999\r\n",
+    ] {
+        assert_eq!(status(addr, "/", header).await, 400, "{header:?}");
+    }
+    // What a trusted proxy appended is still read past the client's own garbage.
+    assert_eq!(status(addr, "/", "x-forwarded-for: garbage,, 203.0.113.9\r\n").await, 200);
+    assert_eq!(status(addr, "/", "x-forwarded-for: 203.0.113.9\r\n").await, 429);
+
+    // Trusted networks: the entry left of the trusted proxies is the client's own.
+    let networks = ForwardedFor::trusting(["127.0.0.0/8", "10.0.0.0/8"]).unwrap();
+    let layer = RateLimitLayer::new("p", limiter::<IpAddr>(1, &clock), networks).unwrap();
+    let addr = serve(counting_upstream().0.layer(layer)).await;
+    assert_eq!(status(addr, "/", "x-forwarded-for: nonsense, 10.0.0.7\r\n").await, 400);
+    assert_eq!(status(addr, "/", "x-forwarded-for: ,10.0.0.7\r\n").await, 400);
+    let layer =
+        RateLimitLayer::new("p", limiter::<IpAddr>(1, &clock), ForwardedFor::new(1).rfc7239()).unwrap();
+    let addr = serve(counting_upstream().0.layer(layer)).await;
+    assert_eq!(status(addr, "/", "forwarded: for=\r\n").await, 400);
+    assert_eq!(status(addr, "/", "forwarded: proto=https\r\n").await, 400);
+
+    // Configured to, the peer's address keys what does not parse: one budget for all such
+    // requests (here the loopback peer's, 1 per minute).
+    let lenient = ForwardedFor::new(1).on_malformed(OnMalformed::Peer);
+    let layer = RateLimitLayer::new("p", limiter::<IpAddr>(1, &clock), lenient).unwrap();
+    let addr = serve(counting_upstream().0.layer(layer)).await;
+    assert_eq!(status(addr, "/", "x-forwarded-for: 198.51.100.7,\r\n").await, 200);
+    assert_eq!(status(addr, "/", "x-forwarded-for: garbage\r\n").await, 429);
+    assert_eq!(status(addr, "/", "x-forwarded-for: 198.51.100.7\r\n").await, 200, "a client of its own");
+}
+
+#[tokio::test]
+async fn an_overlong_key_is_refused() {
+    let clock = ManualClock::new();
+    let (app, reached) = counting_upstream();
+    let layer =
+        RateLimitLayer::new("keys", limiter::<Vec<u8>>(3, &clock), HeaderKey::new("x-api-key").unwrap())
+            .unwrap();
+    let addr = serve(app.clone().layer(layer)).await;
+    // HeaderKey::DEFAULT_MAX_LEN is 256 bytes.
+    let longest = format!("x-api-key: {}\r\n", "k".repeat(256));
+    assert_eq!(status(addr, "/", &longest).await, 200);
+    let too_long = format!("x-api-key: {}\r\n", "k".repeat(257));
+    assert_eq!(status(addr, "/", &too_long).await, 431);
+
+    // PathKey::DEFAULT_MAX_LEN is 1024 bytes of the normal form.
+    let layer = RateLimitLayer::new("paths", limiter::<String>(3, &clock), PathKey::new()).unwrap();
+    let addr = serve(app.layer(layer)).await;
+    let longest = format!("//{}?{}", "p".repeat(1023), "q".repeat(2000));
+    assert_eq!(status(addr, &longest, "").await, 200);
+    assert_eq!(status(addr, &format!("/{}", "p".repeat(1024)), "").await, 431);
+    assert_eq!(reached.load(Ordering::SeqCst), 2);
 }

@@ -12,7 +12,7 @@ mod support {
 
 use std::sync::Arc;
 
-use http::{HeaderValue, Request, Response, StatusCode};
+use http::{Request, Response, StatusCode};
 use slidegate::tower::{HeaderKey, RateLimitLayer};
 use slidegate::{Limit, Limiter, ManualClock};
 use support::counting_alloc::{live_bytes, Counting};
@@ -26,7 +26,7 @@ const CAP: usize = 20_000;
 #[tokio::test(flavor = "current_thread")]
 async fn a_key_spray_stops_growing_the_heap_at_max_keys() {
     let limiter = Arc::new(
-        Limiter::<HeaderValue>::builder()
+        Limiter::<Vec<u8>>::builder()
             .limit(Limit::per_minute(60))
             .max_keys(CAP)
             .clock(ManualClock::new())

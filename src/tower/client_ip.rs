@@ -3,12 +3,13 @@
 //!
 //! The rules are on [`ForwardedFor`].
 
+use std::borrow::Cow;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
 use http::Request;
 use ipnet::IpNet;
 
-use super::{KeyExtractor, LayerError, PeerIp};
+use super::{KeyError, KeyExtractor, LayerError, PeerIp};
 
 /// Which proxies to believe.
 #[derive(Debug, Clone)]
@@ -41,11 +42,19 @@ enum Header {
 ///   trusted network, and the first that is not is the client (all trusted: the leftmost).
 ///
 /// An entry is an IPv4 address, an IPv6 address (bracketed or not), either with a port
-/// (`203.0.113.9:4711`, `[2001:db8::1]:443`). A client entry that is not an address (RFC
-/// 7239's `unknown` and obfuscated `_name` identifiers, or garbage) gives no key: the
-/// layer's fallback key, or a `MissingKey` refusal. Lists are split at every `,` (and a
+/// (`203.0.113.9:4711`, `[2001:db8::1]:443`). Lists are split at every `,` (and a
 /// `Forwarded` element at every `;`) regardless of quotes: no node identifier contains
 /// either, and a quote the client leaves open cannot swallow the entries proxies append.
+///
+/// **An entry the trust reads that is not an address** (an empty entry as in
+/// `198.51.100.7,`, garbage, a bad port, RFC 7239's `unknown` and obfuscated `_name`
+/// identifiers, a `Forwarded` element without `for=`) is [`KeyError::Malformed`]: the
+/// layer answers 400 ([`MalformedKey`](super::RefusalKind::MalformedKey)), the client's
+/// error, as such entries are what a client writes (left of the trusted hops, or on a
+/// request that bypassed them). With [`on_malformed`](Self::on_malformed)`(OnMalformed::Peer)`
+/// such a request is keyed by the peer's address instead. Only a request without a peer
+/// address ([`KeyError::Missing`]) can reach the layer's fallback key or its 500: that is
+/// the server's configuration.
 ///
 /// IPv6 clients are keyed by their network, `/64` by default: a subscriber is given at
 /// least a /64, so keying by address would let one client rotate through addresses for a
@@ -57,16 +66,40 @@ enum Header {
 ///
 /// // client -> proxy -> us: the proxy appended the client's address (and port).
 /// let req = Request::builder().header("x-forwarded-for", "6.6.6.6, 203.0.113.9:4711").body(()).unwrap();
-/// assert_eq!(ForwardedFor::new(1).extract(&req), Some("203.0.113.9".parse().unwrap()));
+/// assert_eq!(ForwardedFor::new(1).extract(&req).as_deref(), Ok(&"203.0.113.9".parse().unwrap()));
 ///
 /// let req = Request::builder().header("forwarded", "for=6.6.6.6, for=\"[2001:db8::1]:443\"").body(()).unwrap();
-/// assert_eq!(ForwardedFor::new(1).rfc7239().extract(&req), Some("2001:db8::".parse().unwrap()));
+/// assert_eq!(ForwardedFor::new(1).rfc7239().extract(&req).as_deref(), Ok(&"2001:db8::".parse().unwrap()));
 /// ```
 #[derive(Debug, Clone)]
 pub struct ForwardedFor {
     trust: Trust,
     header: Header,
     ipv6_prefix: u8,
+    on_malformed: OnMalformed,
+}
+
+/// What [`ForwardedFor`] does with a request whose client entry is not an address.
+///
+/// ```
+/// use http::Request;
+/// use slidegate::tower::{ForwardedFor, KeyError, KeyExtractor, OnMalformed};
+///
+/// let mut req = Request::builder().header("x-forwarded-for", "198.51.100.7,").body(()).unwrap();
+/// req.extensions_mut().insert("192.0.2.1:5000".parse::<std::net::SocketAddr>().unwrap());
+/// assert_eq!(ForwardedFor::new(1).extract(&req), Err(KeyError::Malformed));
+/// let lenient = ForwardedFor::new(1).on_malformed(OnMalformed::Peer);
+/// assert_eq!(lenient.extract(&req).as_deref(), Ok(&"192.0.2.1".parse().unwrap()));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum OnMalformed {
+    /// Refuse it as [`KeyError::Malformed`] (400): the default.
+    #[default]
+    Refuse,
+    /// Key it by the peer's address (the nearest proxy's, behind proxies: every such
+    /// request then shares that proxy's budget).
+    Peer,
 }
 
 impl ForwardedFor {
@@ -77,7 +110,16 @@ impl ForwardedFor {
     /// # let _ = behind_one_proxy;
     /// ```
     pub fn new(trusted: usize) -> ForwardedFor {
-        ForwardedFor { trust: Trust::Hops(trusted), header: Header::XForwardedFor, ipv6_prefix: 64 }
+        ForwardedFor::with(Trust::Hops(trusted))
+    }
+
+    fn with(trust: Trust) -> ForwardedFor {
+        ForwardedFor {
+            trust,
+            header: Header::XForwardedFor,
+            ipv6_prefix: 64,
+            on_malformed: OnMalformed::Refuse,
+        }
     }
 
     /// Keys by the first address, from the right, that is not in one of `networks` (CIDRs
@@ -91,7 +133,7 @@ impl ForwardedFor {
     /// let key = ForwardedFor::trusting(["10.0.0.0/8", "192.168.1.1"])?;
     /// let mut req = Request::builder().header("x-forwarded-for", "6.6.6.6, 198.51.100.7, 10.1.2.3").body(()).unwrap();
     /// req.extensions_mut().insert("192.168.1.1:50000".parse::<std::net::SocketAddr>().unwrap());
-    /// assert_eq!(key.extract(&req), Some("198.51.100.7".parse().unwrap()));
+    /// assert_eq!(key.extract(&req).as_deref(), Ok(&"198.51.100.7".parse().unwrap()));
     /// # Ok::<(), slidegate::tower::LayerError>(())
     /// ```
     pub fn trusting<S: AsRef<str>>(
@@ -106,7 +148,7 @@ impl ForwardedFor {
                     .map_err(|_| LayerError::InvalidNetwork { network: n.to_owned() })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(ForwardedFor { trust: Trust::Networks(networks), header: Header::XForwardedFor, ipv6_prefix: 64 })
+        Ok(ForwardedFor::with(Trust::Networks(networks)))
     }
 
     /// Reads RFC 7239 `Forwarded` (its `for=` parameters) instead of `X-Forwarded-For`.
@@ -129,13 +171,36 @@ impl ForwardedFor {
     /// use slidegate::tower::{ForwardedFor, KeyExtractor};
     /// let mut req = Request::new(());
     /// req.extensions_mut().insert("[2001:db8::1:2]:443".parse::<std::net::SocketAddr>().unwrap());
-    /// assert_eq!(ForwardedFor::new(0).extract(&req), Some("2001:db8::".parse().unwrap()));
-    /// assert_eq!(ForwardedFor::new(0).ipv6_prefix(128).extract(&req), Some("2001:db8::1:2".parse().unwrap()));
+    /// assert_eq!(ForwardedFor::new(0).extract(&req).as_deref(), Ok(&"2001:db8::".parse().unwrap()));
+    /// let exact = ForwardedFor::new(0).ipv6_prefix(128);
+    /// assert_eq!(exact.extract(&req).as_deref(), Ok(&"2001:db8::1:2".parse().unwrap()));
     /// ```
     #[must_use]
     pub fn ipv6_prefix(mut self, bits: u8) -> ForwardedFor {
         self.ipv6_prefix = bits.min(128);
         self
+    }
+
+    /// What to do with a request whose client entry is not an address: refuse it with 400
+    /// (the default) or key it by the peer's address (see [`OnMalformed`]).
+    ///
+    /// ```
+    /// use slidegate::tower::{ForwardedFor, OnMalformed};
+    /// let key = ForwardedFor::new(1).on_malformed(OnMalformed::Peer);
+    /// # let _ = key;
+    /// ```
+    #[must_use]
+    pub fn on_malformed(mut self, then: OnMalformed) -> ForwardedFor {
+        self.on_malformed = then;
+        self
+    }
+
+    /// The key of a request whose client entry is not an address.
+    fn malformed(&self, peer: Option<IpAddr>) -> Result<IpAddr, KeyError> {
+        match self.on_malformed {
+            OnMalformed::Refuse => Err(KeyError::Malformed),
+            OnMalformed::Peer => peer.ok_or(KeyError::Missing),
+        }
     }
 
     /// The client among `hops_from_right` (the list's entries, the nearest proxy's first) and
@@ -144,28 +209,29 @@ impl ForwardedFor {
         &self,
         mut hops_from_right: impl Iterator<Item = Option<IpAddr>>,
         peer: Option<IpAddr>,
-    ) -> Option<IpAddr> {
+    ) -> Result<IpAddr, KeyError> {
         match &self.trust {
-            Trust::Hops(0) => peer,
+            Trust::Hops(0) => peer.ok_or(KeyError::Missing),
             Trust::Hops(n) => match hops_from_right.nth(n.saturating_sub(1)) {
-                // A hop a trusted proxy wrote that is no address is no key at all.
-                Some(hop) => hop,
+                Some(Some(client)) => Ok(client),
+                Some(None) => self.malformed(peer),
                 // Fewer entries than trusted proxies: the peer is the client.
-                None => peer,
+                None => peer.ok_or(KeyError::Missing),
             },
             Trust::Networks(networks) => {
                 let trusted = |ip: &IpAddr| networks.iter().any(|n| n.contains(&canonical(*ip)));
-                let mut client = peer?;
+                let mut client = peer.ok_or(KeyError::Missing)?;
                 if !trusted(&client) {
-                    return Some(client);
+                    return Ok(client);
                 }
                 for hop in hops_from_right {
-                    client = hop?;
+                    let Some(hop) = hop else { return self.malformed(peer) };
+                    client = hop;
                     if !trusted(&client) {
                         break;
                     }
                 }
-                Some(client)
+                Ok(client)
             }
         }
     }
@@ -173,8 +239,9 @@ impl ForwardedFor {
 
 impl<B> KeyExtractor<B> for ForwardedFor {
     type Key = IpAddr;
+    type Lookup = IpAddr;
 
-    fn extract(&self, req: &Request<B>) -> Option<IpAddr> {
+    fn extract<'r>(&self, req: &'r Request<B>) -> Result<Cow<'r, IpAddr>, KeyError> {
         let (name, parse): (&str, fn(&str) -> Option<IpAddr>) = match self.header {
             Header::XForwardedFor => ("x-forwarded-for", node),
             Header::Forwarded => ("forwarded", forwarded_for),
@@ -191,7 +258,7 @@ impl<B> KeyExtractor<B> for ForwardedFor {
             .flat_map(|line| line.as_bytes().rsplit(|&b| b == b','))
             .map(|hop| std::str::from_utf8(hop).ok().and_then(parse));
         let client = self.client(hops, PeerIp::of(req))?;
-        Some(masked(client, self.ipv6_prefix))
+        Ok(Cow::Owned(masked(client, self.ipv6_prefix)))
     }
 }
 

@@ -1,0 +1,143 @@
+//! A route (its prefix, its limiter) and the `RateLimit-Policy` and `RateLimit` fields it
+//! advertises, cached per policy version.
+
+use std::hash::Hash;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwapOption;
+use http::header::HeaderValue;
+
+use super::LayerError;
+use crate::layout::Policy as LimiterPolicy;
+use crate::{Decision, Limit, Limiter};
+
+/// The `RateLimit-Policy` value and item names of one version of one policy of a route.
+pub(super) struct Advert {
+    version: u64,
+    policy: Option<HeaderValue>,
+    items: Vec<String>,
+}
+
+/// A cached [`Advert`], loaded without touching its reference count.
+pub(super) type AdvertGuard = arc_swap::Guard<Option<Arc<Advert>>>;
+
+/// One route: its name, the normalised prefix it applies below (empty for the default),
+/// its limiter, and the headers of the policy versions it has seen, one per named policy.
+#[derive(Clone)]
+pub(super) struct Route<K> {
+    pub(super) name: String,
+    pub(super) prefix: String,
+    pub(super) limiter: Arc<Limiter<K>>,
+    adverts: Arc<[ArcSwapOption<Advert>]>,
+}
+
+/// A name as a structured-field string's content, if it can be one.
+pub(super) fn field_name(name: &str) -> Result<String, LayerError> {
+    let printable = |c: char| c == ' ' || c.is_ascii_graphic();
+    if name.is_empty() || !name.chars().all(printable) {
+        return Err(LayerError::InvalidName { name: name.to_owned() });
+    }
+    Ok(name.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+impl<K: Hash + Eq + Clone + Send + Sync + 'static> Route<K> {
+    pub(super) fn new(name: &str, prefix: String, limiter: Arc<Limiter<K>>) -> Result<Route<K>, LayerError> {
+        field_name(name)?;
+        for policy in limiter.policy_names() {
+            field_name(policy)?;
+        }
+        if limiter.max_keys().is_none() {
+            return Err(LayerError::UnboundedKeys { name: name.to_owned() });
+        }
+        let adverts = (0..limiter.tier_count()).map(|_| ArcSwapOption::empty()).collect();
+        Ok(Route { name: name.to_owned(), prefix, limiter, adverts })
+    }
+
+    /// The headers of `policy`, the version that decided a request: cached per named
+    /// policy, rebuilt when a newer version decides.
+    pub(super) fn advert(&self, policy: &LimiterPolicy) -> Option<AdvertGuard> {
+        let slot = self.adverts.get(policy.tier())?;
+        let cached = slot.load();
+        if cached.as_ref().is_some_and(|a| a.version == policy.version()) {
+            return Some(cached);
+        }
+        drop(cached);
+        slot.store(Some(Arc::new(self.advert_of(policy))));
+        // A racing request may have stored another version meanwhile: its fields describe
+        // that version, for this one request, while a policy is being replaced.
+        Some(slot.load())
+    }
+
+    /// `"name";q=max;w=seconds` per limit: the name is the route's, then the policy's when
+    /// the limiter has several, then the limit's index when the policy has several.
+    fn advert_of(&self, policy: &LimiterPolicy) -> Advert {
+        // Both names were validated when the route was built.
+        let mut base = field_name(&self.name).unwrap_or_default();
+        if self.adverts.len() > 1 {
+            base.push('.');
+            base.push_str(&field_name(self.limiter.tier_name(policy.tier())).unwrap_or_default());
+        }
+        let limits: Vec<&Limit> = policy.limits().collect();
+        let items: Vec<String> = if limits.len() == 1 {
+            vec![base]
+        } else {
+            (0..limits.len()).map(|i| format!("{base}.{i}")).collect()
+        };
+        let value = limits
+            .iter()
+            .zip(&items)
+            .map(|(limit, item)| {
+                let window = limit.window();
+                if window.subsec_nanos() == 0 {
+                    format!("\"{item}\";q={};w={}", limit.max(), window.as_secs())
+                } else {
+                    // `w` is whole seconds; a window that is not is advertised by its quota.
+                    format!("\"{item}\";q={}", limit.max())
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        Advert { version: policy.version(), policy: HeaderValue::from_str(&value).ok(), items }
+    }
+}
+
+/// Seconds, rounded up (at least 1 for any non-zero duration; saturating near `Duration::MAX`).
+pub(super) fn whole_seconds(d: Duration) -> u64 {
+    d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0))
+}
+
+/// `(RateLimit-Policy, RateLimit)` for a decision under the policy version `advert` is of.
+pub(super) fn fields(advert: &Advert, decision: &Decision) -> Option<(HeaderValue, HeaderValue)> {
+    let item = advert.items.get(decision.tightest_limit())?;
+    // No `format!` machinery: this runs on every request.
+    let mut value = Vec::with_capacity(item.len().saturating_add(32));
+    value.push(b'"');
+    value.extend_from_slice(item.as_bytes());
+    value.extend_from_slice(b"\";r=");
+    push_decimal(&mut value, decision.remaining());
+    if let Some(wait) = decision.retry_after() {
+        value.extend_from_slice(b";t=");
+        push_decimal(&mut value, whole_seconds(wait));
+    }
+    Some((advert.policy.clone()?, HeaderValue::from_bytes(&value).ok()?))
+}
+
+#[allow(
+    clippy::indexing_slicing,
+    clippy::arithmetic_side_effects,
+    reason = "a u64 has at most 20 digits, each below 10"
+)]
+fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
+}
