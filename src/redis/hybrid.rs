@@ -1,16 +1,27 @@
 //! [`HybridLimiter`]: local-first admission, synced with Redis in the background.
 
-use std::collections::HashMap;
+mod book;
+mod exchange;
+
 use std::fmt;
 use std::hash::Hash;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_queue::SegQueue;
 
-use super::{Mode, Remote};
+use super::{RedisLimiterBuilder, Remote};
 use crate::{Decision, Limiter};
+use book::Book;
+
+/// The default of [`RedisLimiterBuilder::sync_keys`]: the most keys a hybrid replica
+/// pushes or pulls per `sync_interval`.
+///
+/// ```
+/// assert_eq!(slidegate::redis::DEFAULT_SYNC_KEYS, 1024);
+/// ```
+pub const DEFAULT_SYNC_KEYS: usize = 1024;
 
 /// Local-first limiting across replicas (feature `redis`; built with
 /// [`RedisLimiterBuilder::build_hybrid`](super::RedisLimiterBuilder::build_hybrid)).
@@ -32,27 +43,95 @@ use crate::{Decision, Limiter};
 /// they also leave those windows up to one interval late (conservative). A push whose reply
 /// is lost (a timeout) is pushed again with the next sync, so Redis may count it twice
 /// (conservative too).
+///
+/// **What a sync does.** A sync touches only keys with something to do: the keys this
+/// replica admitted since their last push, and the keys it admitted within the longest
+/// `window + precision` that are due for a pull. A key is pulled every sync while its pulls
+/// find the other replicas' units, or while this replica's window for it is full; else
+/// its period doubles, up to every 8th sync, so a key that nobody else uses costs one pull
+/// every 8 syncs, not one per sync. For the first admissions after such a quiet spell, the
+/// bound above holds with up to `8 × sync` in place of `sync`.
+/// At most [`sync_keys`](RedisLimiterBuilder::sync_keys) keys (default
+/// [`DEFAULT_SYNC_KEYS`]) per `sync_interval`, early syncs included, in calls of at most
+/// 128 keys (one script call each on a standalone server; on a Cluster, one call per key,
+/// sent together). When more keys wait, a sync takes the half that owe most units, then a
+/// quarter of the due pulls, then the keys owing longest, then more pulls; the others wait
+/// for the next interval. So a spray of new keys delays their own pushes (each owes one
+/// unit), not those of busy keys, and every owed unit is pushed within `owing keys ÷
+/// (sync_keys ÷ 4)` intervals. A key that more replicas use, and that waits, widens the
+/// bound above by the units admitted while it waits.
+///
+/// **Memory.** The local limiter holds at most
+/// [`max_keys`](RedisLimiterBuilder::max_keys) keys (a new key beyond it is refused with
+/// [`Denial::TooManyKeys`](crate::Denial::TooManyKeys)); the keys the replica syncs are at
+/// most `max_keys` too (a new one evicts the least recently admitted key that owes
+/// nothing, among the 64 least recent, else the least recently admitted, whose unpushed
+/// units are then dropped); and at most `max_keys` admissions wait in the queue for the
+/// next sync (an admission beyond that still counts locally, but is never pushed). Units
+/// that no other replica will hear of are counted in [`SyncStats::dropped_units`].
 pub struct HybridLimiter<K> {
     shared: Arc<Shared<K>>,
     task: tokio::task::JoinHandle<()>,
+}
+
+/// What a [`HybridLimiter`]'s syncs are doing ([`HybridLimiter::stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SyncStats {
+    /// Keys the replica syncs (at most `max_keys`), as of the last sync.
+    pub keys: usize,
+    /// Of those, the keys with units not yet pushed, and those units, as of the last sync.
+    pub owing_keys: usize,
+    /// Units admitted here and not yet pushed, as of the last sync.
+    pub owed_units: u64,
+    /// Admissions waiting in the queue for the next sync (at most `max_keys`).
+    pub queued: usize,
+    /// Units admitted here that no other replica will hear of: admitted while the queue
+    /// was full, owed by a key evicted at `max_keys`, or refused by Redis with an error
+    /// that retrying cannot change.
+    pub dropped_units: u64,
+    /// Keys the last sync pushed or pulled (at most `sync_keys`).
+    pub last_sync_keys: usize,
+    /// Redis calls the last sync made.
+    pub last_sync_calls: usize,
+}
+
+/// What `build_hybrid` hands [`HybridLimiter::start`].
+pub(super) struct Settings {
+    pub(super) interval: Duration,
+    pub(super) batch: u64,
+    pub(super) max_keys: usize,
+    pub(super) sync_keys: usize,
 }
 
 struct Shared<K> {
     local: Limiter<K>,
     remote: Arc<Remote>,
     queue: SegQueue<(K, u64)>,
+    /// Entries in `queue` (at most `max_keys`) and their units (an early sync's trigger).
+    queued: AtomicUsize,
     pending: AtomicU64,
-    /// Per key this replica has seen: the Redis total after its last sync, and when it last
-    /// admitted the key.
-    known: tokio::sync::Mutex<HashMap<K, (u64, Instant)>>,
-    /// Keys idle locally for this long are no longer synced.
+    /// See [`SyncStats::dropped_units`].
+    dropped: AtomicU64,
+    book: tokio::sync::Mutex<Book<K>>,
+    /// Keys not admitted here for this long are no longer synced.
     forget_after: Duration,
+    max_keys: usize,
+    sync_keys: usize,
+    /// The last sync's figures for [`SyncStats`] (each on its own: Relaxed).
+    known: AtomicUsize,
+    owing_keys: AtomicUsize,
+    owed_units: AtomicU64,
+    last_keys: AtomicUsize,
+    last_calls: AtomicUsize,
 }
 
 impl<K> fmt::Debug for HybridLimiter<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HybridLimiter")
             .field("pending", &self.shared.pending.load(Ordering::Relaxed))
+            .field("sync_keys", &self.shared.sync_keys)
+            .field("max_keys", &self.shared.max_keys)
             .finish_non_exhaustive()
     }
 }
@@ -67,26 +146,40 @@ impl<K> HybridLimiter<K>
 where
     K: Hash + Eq + Clone + Send + Sync + fmt::Display + 'static,
 {
-    pub(super) fn start(local: Limiter<K>, remote: Arc<Remote>, interval: Duration, batch: u64) -> Self {
+    pub(super) fn start(local: Limiter<K>, remote: Arc<Remote>, settings: Settings) -> Self {
+        let Settings { interval, batch, max_keys, sync_keys } = settings;
         let forget_after = Duration::from_millis(remote.ttl_ms);
         let shared = Arc::new(Shared {
             local,
             remote,
             queue: SegQueue::new(),
+            queued: AtomicUsize::new(0),
             pending: AtomicU64::new(0),
-            known: tokio::sync::Mutex::new(HashMap::new()),
+            dropped: AtomicU64::new(0),
+            book: tokio::sync::Mutex::new(Book::new(max_keys)),
             forget_after,
+            max_keys: max_keys.max(1),
+            sync_keys: sync_keys.max(1),
+            known: AtomicUsize::new(0),
+            owing_keys: AtomicUsize::new(0),
+            owed_units: AtomicU64::new(0),
+            last_keys: AtomicUsize::new(0),
+            last_calls: AtomicUsize::new(0),
         });
         let syncing = Arc::clone(&shared);
         let tick = interval.min(Duration::from_millis(5)).max(Duration::from_millis(1));
         let task = tokio::spawn(async move {
-            let mut last = Instant::now();
+            // Each interval's budget of keys, shared by its early syncs.
+            let mut began = Instant::now();
+            let mut left = syncing.sync_keys;
             loop {
                 tokio::time::sleep(tick).await;
+                if began.elapsed() >= interval {
+                    began = Instant::now();
+                    left = syncing.sync_keys.saturating_sub(syncing.sync(syncing.sync_keys, true).await);
                 // Relaxed: a hint for when to sync; the queue carries the units.
-                if last.elapsed() >= interval || syncing.pending.load(Ordering::Relaxed) >= batch {
-                    syncing.sync().await;
-                    last = Instant::now();
+                } else if left > 0 && syncing.pending.load(Ordering::Relaxed) >= batch {
+                    left = left.saturating_sub(syncing.sync(left, false).await);
                 }
             }
         });
@@ -94,31 +187,103 @@ where
     }
 
     /// Checks a request of cost 1, locally.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), slidegate::redis::SetupError> {
+    /// use slidegate::redis::RedisLimiter;
+    /// use slidegate::Limit;
+    /// let hybrid = RedisLimiter::<u64>::builder().url("redis://127.0.0.1:6379").limit(Limit::per_second(10)).build_hybrid().await?;
+    /// assert!(hybrid.check(&7).is_allowed());
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn check(&self, key: &K) -> Decision {
         self.check_n(key, 1)
     }
 
     /// Checks a request weighing `cost` units against the local limiter (lock-free, no
-    /// network); an admission is queued for the next sync.
+    /// network); an admission is queued for the next sync. A new key while the local
+    /// limiter holds `max_keys` is refused with
+    /// [`Denial::TooManyKeys`](crate::Denial::TooManyKeys).
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), slidegate::redis::SetupError> {
+    /// use slidegate::redis::RedisLimiter;
+    /// use slidegate::Limit;
+    /// let hybrid = RedisLimiter::<u64>::builder().url("redis://127.0.0.1:6379").limit(Limit::per_second(10)).build_hybrid().await?;
+    /// assert!(hybrid.check_n(&7, 4).is_allowed());
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn check_n(&self, key: &K, cost: u64) -> Decision {
         let decision = self.shared.local.check_n(key, cost);
         if decision.is_allowed() && cost > 0 {
-            self.shared.queue.push((key.clone(), cost));
-            // Relaxed: a counter that only triggers early syncs.
-            self.shared.pending.fetch_add(cost, Ordering::Relaxed);
+            self.shared.enqueue(key, cost);
         }
         decision
     }
 
-    /// Syncs now (the background task also does, every `sync_interval`).
+    /// Syncs now, as the background task does at the start of each `sync_interval`: at most
+    /// `sync_keys` keys.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), slidegate::redis::SetupError> {
+    /// use slidegate::redis::RedisLimiter;
+    /// use slidegate::Limit;
+    /// let hybrid = RedisLimiter::<u64>::builder().url("redis://127.0.0.1:6379").limit(Limit::per_second(10)).build_hybrid().await?;
+    /// let _ = hybrid.check(&7);
+    /// hybrid.sync_now().await; // Redis holds the unit
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn sync_now(&self) {
-        self.shared.sync().await;
+        self.shared.sync(self.shared.sync_keys, true).await;
     }
 
     /// The local limiter (its windows hold this replica's units and the others' as of the
     /// last sync).
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), slidegate::redis::SetupError> {
+    /// use slidegate::redis::RedisLimiter;
+    /// use slidegate::Limit;
+    /// let hybrid = RedisLimiter::<u64>::builder().url("redis://127.0.0.1:6379").limit(Limit::per_second(10)).build_hybrid().await?;
+    /// let _ = hybrid.check(&7);
+    /// assert_eq!(hybrid.local().peek(&7).remaining(), 8); // after one more
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn local(&self) -> &Limiter<K> {
         &self.shared.local
+    }
+
+    /// What the syncs are doing: the keys synced and owing, the queue, the units dropped,
+    /// and the last sync's keys and calls.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), slidegate::redis::SetupError> {
+    /// use slidegate::redis::RedisLimiter;
+    /// use slidegate::Limit;
+    /// let hybrid = RedisLimiter::<u64>::builder().url("redis://127.0.0.1:6379").limit(Limit::per_second(10)).build_hybrid().await?;
+    /// let _ = hybrid.check(&7);
+    /// hybrid.sync_now().await;
+    /// let stats = hybrid.stats();
+    /// assert_eq!((stats.keys, stats.owed_units, stats.dropped_units), (1, 0, 0));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn stats(&self) -> SyncStats {
+        let s = &self.shared;
+        // Relaxed: independent gauges, each read on its own.
+        SyncStats {
+            keys: s.known.load(Ordering::Relaxed),
+            owing_keys: s.owing_keys.load(Ordering::Relaxed),
+            owed_units: s.owed_units.load(Ordering::Relaxed),
+            queued: s.queued.load(Ordering::Relaxed),
+            dropped_units: s.dropped.load(Ordering::Relaxed),
+            last_sync_keys: s.last_keys.load(Ordering::Relaxed),
+            last_sync_calls: s.last_calls.load(Ordering::Relaxed),
+        }
     }
 }
 
@@ -126,42 +291,70 @@ impl<K> Shared<K>
 where
     K: Hash + Eq + Clone + Send + Sync + fmt::Display + 'static,
 {
-    async fn sync(&self) {
-        let mut known = self.known.lock().await;
-        let mut own: HashMap<K, u64> = HashMap::new();
-        while let Some((key, cost)) = self.queue.pop() {
-            self.pending.fetch_sub(cost, Ordering::Relaxed);
-            let units = own.entry(key).or_default();
-            *units = units.saturating_add(cost);
+    /// Queues an admission for the next sync, or counts it as dropped when `max_keys`
+    /// admissions already wait.
+    fn enqueue(&self, key: &K, cost: u64) {
+        // Relaxed: the counts only bound the queue and trigger early syncs. Both are raised
+        // before the push, and the sync lowers them after its pop, which the queue orders
+        // after the push: they never go below zero.
+        if self.queued.fetch_add(1, Ordering::Relaxed) < self.max_keys {
+            self.pending.fetch_add(cost, Ordering::Relaxed);
+            self.queue.push((key.clone(), cost));
+        } else {
+            self.queued.fetch_sub(1, Ordering::Relaxed);
+            self.dropped.fetch_add(cost, Ordering::Relaxed);
+        }
+    }
+
+    /// One sync of at most `budget` keys (`new_interval`: pulls due at the next sync are
+    /// due now); returns the keys it touched.
+    async fn sync(&self, budget: usize, new_interval: bool) -> usize {
+        let mut book = self.book.lock().await;
+        if new_interval {
+            book.new_sync();
         }
         let now = Instant::now();
-        known.retain(|key, (_, active)| {
-            own.contains_key(key) || now.duration_since(*active) < self.forget_after
-        });
-        let keys: Vec<K> =
-            known.keys().cloned().chain(own.keys().filter(|k| !known.contains_key(*k)).cloned()).collect();
-        for key in keys {
-            let mine = own.get(&key).copied().unwrap_or(0);
-            let reply = self.remote.call(&self.remote.key(&key), Mode::Push, mine, None, None).await;
-            let Some(total) = reply.ok().and_then(|r| r.first().copied()).and_then(|t| u64::try_from(t).ok())
-            else {
-                // Redis did not take them: they go out with the next sync.
-                if mine > 0 {
-                    self.queue.push((key, mine));
-                    self.pending.fetch_add(mine, Ordering::Relaxed);
-                }
-                continue;
-            };
-            let others = match known.get(&key) {
-                Some(&(before, _)) => total.saturating_sub(before.saturating_add(mine)),
-                // First sync of this key here: whatever Redis had came from elsewhere.
-                None => total.saturating_sub(mine),
-            };
-            if others > 0 {
-                let _ = self.local.record(&key, others);
-            }
-            let active = if mine > 0 { now } else { known.get(&key).map_or(now, |&(_, a)| a) };
-            known.insert(key, (total, active));
+        let mut dropped = 0u64;
+        while let Some((key, cost)) = self.queue.pop() {
+            // Relaxed: see `enqueue`.
+            self.queued.fetch_sub(1, Ordering::Relaxed);
+            self.pending.fetch_sub(cost, Ordering::Relaxed);
+            dropped = dropped.saturating_add(book.admit(&key, cost, now));
         }
+        book.forget_idle(now, self.forget_after, budget.saturating_mul(4).max(256));
+        let picks = book.take(budget);
+        let touched = picks.len();
+        let (calls, refused) = exchange::run(&self.remote, &self.local, &mut book, picks).await;
+        dropped = dropped.saturating_add(refused);
+        let (owing_keys, owed_units) = book.owing();
+        // Relaxed: gauges and a counter, read on their own (see `stats`).
+        self.dropped.fetch_add(dropped, Ordering::Relaxed);
+        self.known.store(book.len(), Ordering::Relaxed);
+        self.owing_keys.store(owing_keys, Ordering::Relaxed);
+        self.owed_units.store(owed_units, Ordering::Relaxed);
+        self.last_keys.store(touched, Ordering::Relaxed);
+        self.last_calls.store(calls, Ordering::Relaxed);
+        touched
+    }
+}
+
+impl<K> RedisLimiterBuilder<K>
+where
+    K: Hash + Eq + Clone + Send + Sync + fmt::Display + 'static,
+{
+    /// [`HybridLimiter`]: the most keys a replica pushes or pulls per `sync_interval`, early
+    /// syncs included (default [`DEFAULT_SYNC_KEYS`]; `0` is taken as 1). Keys beyond it
+    /// wait for the next interval (see [`HybridLimiter`], *What a sync does*):
+    /// set it above the number of keys a replica admits per interval, or pushes fall behind.
+    ///
+    /// ```
+    /// use slidegate::redis::RedisLimiter;
+    /// use slidegate::Limit;
+    /// let builder = RedisLimiter::<u64>::builder().limit(Limit::per_second(10)).sync_keys(4096);
+    /// # let _ = builder;
+    /// ```
+    pub fn sync_keys(mut self, keys: usize) -> Self {
+        self.sync_keys = keys.max(1);
+        self
     }
 }

@@ -1,0 +1,217 @@
+//! `HybridLimiter` under a key spray, against a real Redis on loopback (see
+//! `support/servers.rs`; each test starts a server of its own, so that `INFO commandstats`
+//! counts only its own calls):
+//!
+//! * after 20,000 sprayed keys, a sync of a few active keys makes a bounded number of Redis
+//!   calls (counted by the server, not timed), and the active keys' units still reach Redis
+//!   and the other replicas within that sync;
+//! * replicas keep hearing each other's units for a key during a spray;
+//! * a client that goes round four replicas, one request at a time, gets the limit once, not
+//!   once per replica (pulls of a key back off only while they find nothing new).
+//!
+//! A `libtest-mimic` binary (`harness = false`): a test whose server is missing reports
+//! `ignored` with the reason, or fails under `SLIDEGATE_REQUIRE_SERVERS`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[allow(dead_code)]
+mod support {
+    pub mod rng;
+    pub mod servers;
+}
+
+use std::time::{Duration, Instant};
+
+use slidegate::redis::{HybridLimiter, RedisLimiter};
+use slidegate::{Limit, ManualClock};
+use support::rng::Rng;
+use support::servers::{redis_command, trial, RedisServer};
+
+fn main() -> std::process::ExitCode {
+    support::servers::run(vec![
+        trial(
+            "a_sync_after_a_key_spray_makes_a_bounded_number_of_calls",
+            2,
+            || RedisServer::start(&[]),
+            a_sync_after_a_key_spray_makes_a_bounded_number_of_calls,
+        ),
+        trial(
+            "replicas_hear_each_other_during_a_spray",
+            2,
+            || RedisServer::start(&[]),
+            replicas_hear_each_other_during_a_spray,
+        ),
+        trial(
+            "a_client_going_round_the_replicas_gets_the_limit_once",
+            2,
+            || RedisServer::start(&[]),
+            a_client_going_round_the_replicas_gets_the_limit_once,
+        ),
+    ])
+}
+
+/// Keys sprayed through one replica: each checked once.
+const SPRAY: u64 = 20_000;
+/// The most keys a sync touches by default, and the most keys per Redis call: a sync makes
+/// at most `SYNC_KEYS / KEYS_PER_CALL` calls.
+const SYNC_KEYS: u64 = 1024;
+const KEYS_PER_CALL: u64 = 128;
+
+fn prefix(test: &str) -> String {
+    format!("t-{test}-{}-{}:", std::process::id(), Instant::now().elapsed().as_nanos())
+}
+
+/// Script calls the server ran since the last `CONFIG RESETSTAT` (`EVALSHA`, and `EVAL`
+/// when the script was not loaded yet).
+fn script_calls(port: u16) -> u64 {
+    let info = redis_command(port, "INFO commandstats").unwrap_or_default();
+    info.lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| l.split_once("calls=")?.1.split(',').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+async fn replica(server: &RedisServer, prefix: &str, clock: &ManualClock) -> HybridLimiter<u64> {
+    RedisLimiter::<u64>::builder()
+        .url(&server.url())
+        .limit(Limit::per_minute(10))
+        .clock(clock.clone())
+        .prefix(prefix)
+        // Syncs are driven below.
+        .sync_interval(Duration::from_secs(3600))
+        .timeout(Duration::from_secs(5))
+        .build_hybrid()
+        .await
+        .unwrap()
+}
+
+/// Finding 7: each sync made one sequential Redis call per key seen within the TTL, idle
+/// ones included, so after a spray every sync took seconds. A sync after the spray touches
+/// at most the per-sync bound's keys, in calls of at most 128 keys; the active keys (which
+/// owe more units than any sprayed key) go first.
+async fn a_sync_after_a_key_spray_makes_a_bounded_number_of_calls(server: RedisServer) {
+    let clock = ManualClock::new();
+    let prefix = prefix("spray");
+    let (a, b) = (replica(&server, &prefix, &clock).await, replica(&server, &prefix, &clock).await);
+    let started = Instant::now();
+    for key in 0..SPRAY {
+        assert!(a.check(&(1_000_000 + key)).is_allowed());
+    }
+    let spray = started.elapsed();
+    // The first sync after the spray: pushes what it may.
+    let started = Instant::now();
+    a.sync_now().await;
+    let first = started.elapsed();
+    // Ten active keys, three units each on `a`, one on `b`.
+    for key in 0..10u64 {
+        for _ in 0..3 {
+            assert!(a.check(&key).is_allowed());
+        }
+        assert!(b.check(&key).is_allowed());
+    }
+    redis_command(server.port, "CONFIG RESETSTAT").unwrap();
+    let started = Instant::now();
+    a.sync_now().await;
+    let second = started.elapsed();
+    let calls = script_calls(server.port);
+    eprintln!(
+        "{SPRAY} keys sprayed in {spray:.2?}; the sync after the spray took {first:.2?}, the sync of 10 active keys after it {second:.2?} and {calls} script calls"
+    );
+    let most = SYNC_KEYS.div_ceil(KEYS_PER_CALL);
+    assert!(calls <= most, "a sync after a spray of {SPRAY} keys made {calls} script calls (at most {most})");
+    let stats = a.stats();
+    assert!(stats.last_sync_keys as u64 <= SYNC_KEYS, "{stats:?}");
+    assert_eq!(stats.last_sync_calls as u64, calls, "{stats:?}");
+    // The active keys' units reached Redis in that sync: `b` hears of them at its own sync.
+    b.sync_now().await;
+    for key in 0..10u64 {
+        let d = b.local().peek(&key);
+        assert_eq!(d.remaining(), 10 - 1 - 3 - 1, "key {key}: b's view holds a's 3 units and its own 1");
+    }
+    // The sprayed keys' units wait, and all reach Redis within `owing ÷ (SYNC_KEYS ÷ 4)`
+    // syncs: none is lost.
+    let mut syncs = 0;
+    while a.stats().owed_units > 0 {
+        syncs += 1;
+        assert!(syncs <= SPRAY / (SYNC_KEYS / 4) + 1, "{:?} after {syncs} more syncs", a.stats());
+        a.sync_now().await;
+    }
+    let stats = a.stats();
+    assert_eq!((stats.owing_keys, stats.queued, stats.dropped_units), (0, 0, 0), "{stats:?}");
+    assert_eq!(stats.keys as u64, SPRAY + 10, "{stats:?}");
+    eprintln!("the spray's units all reached Redis after {syncs} more syncs: {stats:?}");
+}
+
+/// A key both replicas use: while 20,000 sprayed keys wait on `a`, `b`'s units for the
+/// key still reach `a` within a few syncs (pulls are not starved by the spray's pushes).
+async fn replicas_hear_each_other_during_a_spray(server: RedisServer) {
+    let clock = ManualClock::new();
+    let prefix = prefix("hear");
+    let (a, b) = (replica(&server, &prefix, &clock).await, replica(&server, &prefix, &clock).await);
+    assert!(a.check(&7).is_allowed());
+    a.sync_now().await;
+    for key in 0..SPRAY {
+        assert!(a.check(&(1_000_000 + key)).is_allowed());
+    }
+    for _ in 0..5 {
+        assert!(b.check(&7).is_allowed());
+    }
+    b.sync_now().await;
+    let mut syncs = 0;
+    while a.local().peek(&7).remaining() != 10 - 1 - 5 - 1 {
+        syncs += 1;
+        assert!(syncs <= 4, "a did not hear of b's 5 units within 4 syncs: {:?}", a.local().peek(&7));
+        a.sync_now().await;
+    }
+    eprintln!("a heard of b's units after {syncs} syncs, with {SPRAY} sprayed keys waiting");
+}
+
+/// Requests at random gaps (50 ms to 1.5 s, so that some come close together after a quiet
+/// spell), each to the next of four replicas, for 150 s of simulated time, syncing every
+/// 50 ms: every 60 s window holds at most the limit (`strict`, 1 s slots: never above an
+/// exact count, and the window reopens a slot at a time). A replica whose view of the key
+/// is at the limit keeps pulling it every sync, so it hears of a unit another replica
+/// admitted as the window reopens before its own next request.
+async fn a_client_going_round_the_replicas_gets_the_limit_once(server: RedisServer) {
+    const MAX: u64 = 10;
+    let clock = ManualClock::new();
+    let prefix = prefix("round");
+    let mut replicas = Vec::new();
+    for _ in 0..4 {
+        let r = RedisLimiter::<u64>::builder()
+            .url(&server.url())
+            .limit(Limit::per_minute(MAX).precision(Duration::from_secs(1)).strict())
+            .clock(clock.clone())
+            .prefix(&prefix)
+            .sync_interval(Duration::from_secs(3600))
+            .timeout(Duration::from_secs(5))
+            .build_hybrid()
+            .await
+            .unwrap();
+        replicas.push(r);
+    }
+    let mut rng = Rng(22);
+    let (mut now, mut next, mut turn) = (0u64, 0u64, 0usize);
+    let mut admitted = Vec::new(); // ms
+    while now < 150_000 {
+        while next <= now {
+            if replicas[turn % 4].check(&7).is_allowed() {
+                admitted.push(now);
+            }
+            turn += 1;
+            next += 50 + rng.below(1450);
+        }
+        clock.advance(Duration::from_millis(50));
+        now += 50;
+        for r in &replicas {
+            r.sync_now().await;
+        }
+    }
+    let densest =
+        admitted.iter().map(|&t| admitted.iter().filter(|&&u| u >= t && u < t + 60_000).count() as u64).max();
+    eprintln!(
+        "round the replicas: {} of {turn} admitted in 150 s, densest minute {densest:?}",
+        admitted.len()
+    );
+    assert!(densest.unwrap_or(0) <= MAX, "densest minute {densest:?}: admitted at {admitted:?} ms");
+    assert!(admitted.len() as u64 >= 2 * MAX, "only {} admitted in 150 s", admitted.len());
+}
