@@ -71,7 +71,7 @@ mod keys;
 mod owed;
 mod reply;
 
-pub use hybrid::HybridLimiter;
+pub use hybrid::{HybridLimiter, SyncStats, DEFAULT_SYNC_KEYS};
 
 pub use crate::remote::{Checked, DecidedBy, Fallback};
 
@@ -498,6 +498,7 @@ where
             module: true,
             module_recheck: Duration::from_secs(30),
             max_keys: DEFAULT_MAX_KEYS,
+            sync_keys: DEFAULT_SYNC_KEYS,
             batch: 1000,
             _key: std::marker::PhantomData,
         }
@@ -612,6 +613,7 @@ pub struct RedisLimiterBuilder<K> {
     module: bool,
     module_recheck: Duration,
     max_keys: usize,
+    sync_keys: usize,
     _key: std::marker::PhantomData<fn() -> K>,
 }
 
@@ -869,6 +871,12 @@ where
     pub async fn build_hybrid(self) -> Result<HybridLimiter<K>, SetupError> {
         let local = self.local()?;
         let remote = self.remote().await?;
-        Ok(HybridLimiter::start(local, Arc::new(remote), self.sync_interval, self.batch))
+        let settings = hybrid::Settings {
+            interval: self.sync_interval,
+            batch: self.batch,
+            max_keys: self.max_keys,
+            sync_keys: self.sync_keys,
+        };
+        Ok(HybridLimiter::start(local, Arc::new(remote), settings))
     }
 }
