@@ -165,8 +165,9 @@ async fn keyslot(url: &str, key: &[u8]) -> u16 {
     redis::cmd("CLUSTER").arg("KEYSLOT").arg(key).query_async(&mut node).await.unwrap()
 }
 
-/// Finding 2: `}mallory` split its two Redis keys over two slots, every check failed with
-/// CROSSSLOT, and `Fallback::Open` admitted all 20 at 5/min.
+/// Issue 22, finding 2: a Redis name holding the client key lets `}mallory` split its two
+/// Redis keys over two slots (every check `CROSSSLOT`), and `Fallback::Open` admit all 20
+/// checks at 5/min.
 async fn a_key_starting_with_a_brace_is_limited_on_the_cluster_under_fallback_open(cluster: Cluster) {
     let limiter = cluster_limiter(&cluster, &prefix("brace-open"), Fallback::Open).await;
     let mut admitted = 0;
@@ -178,8 +179,9 @@ async fn a_key_starting_with_a_brace_is_limited_on_the_cluster_under_fallback_op
     assert_eq!(admitted, 5, "}}mallory at 5/min: {admitted} of 20 admitted");
 }
 
-/// Finding 2 under `Fallback::Local`: the owed units of `}mallory` could never be repaid,
-/// grew with every check, and every later check of every key was decided locally.
+/// Issue 22, finding 2 under `Fallback::Local`: with such names the owed units of
+/// `}mallory` can never be repaid, grow with every check, and every later check of every
+/// key is decided locally.
 async fn a_key_starting_with_a_brace_leaves_the_local_fallback_alone_on_the_cluster(cluster: Cluster) {
     let limiter = cluster_limiter(&cluster, &prefix("brace-local"), Fallback::Local).await;
     let mut admitted = 0;
@@ -197,9 +199,9 @@ async fn a_key_starting_with_a_brace_leaves_the_local_fallback_alone_on_the_clus
     assert_eq!(limiter.owed_units(), 0);
 }
 
-/// Finding 2: `a}b`, `a}zzz` and `a` all hashed on `a`, so one client could pile its keys
-/// on one node. Each client key's two Redis keys share a slot, and keys spread over slots
-/// and nodes as any others.
+/// Issue 22, finding 2: with such names `a}b`, `a}zzz` and `a` all hash on `a`, so one
+/// client can pile its keys on one node. Each client key's two Redis keys share a slot,
+/// and keys spread over slots and nodes as any others.
 async fn client_keys_cannot_choose_their_cluster_slot(cluster: Cluster) {
     let urls = cluster.urls();
     let prefix = prefix("slots");
@@ -301,8 +303,8 @@ async fn a_key_the_server_refuses_is_refused_under_every_fallback(server: RedisS
 }
 
 /// Owed units whose write can never succeed (the key's bookkeeping holds a list) are
-/// dropped, counted, and do not keep other keys from Redis: before, the repayment stopped
-/// at them on every check, so every key was decided locally for ever.
+/// dropped, counted, and do not keep other keys from Redis (a repayment that stops at them
+/// on every check leaves every key to the fallback for ever).
 async fn owed_units_that_can_never_be_written_do_not_block_other_keys(mut server: RedisServer) {
     let url = server.url();
     let prefix = prefix("owed");
@@ -352,8 +354,9 @@ async fn owed_units_that_can_never_be_written_do_not_block_other_keys(mut server
     assert_eq!((limiter.owed_keys(), limiter.dropped_owed_units()), (0, 3));
 }
 
-/// Finding 7 (the Redis client's part): `Fallback::Local` kept every key and every owed
-/// admission for as long as Redis was away. Its limiter holds at most `max_keys` keys, and
+/// Issue 22, finding 7 (the Redis client's part): `Fallback::Local` must not keep every key
+/// and every owed admission for as long as Redis is away. Its limiter holds at most
+/// `max_keys` keys, and
 /// at most `max_keys` keys owe (one debt per key, however many admissions): a new key
 /// beyond that is refused `TooManyKeys`, decided locally, and nothing owed is dropped.
 async fn the_local_fallback_holds_and_owes_at_most_max_keys(mut server: RedisServer) {
@@ -402,9 +405,9 @@ async fn the_local_fallback_holds_and_owes_at_most_max_keys(mut server: RedisSer
     }
 }
 
-/// Finding 3: `SLIDEGATE.RUN` parsed costs as i64, so `u64::MAX` failed the call and
-/// `Fallback::Open` admitted it. A cost above every limit is `CostTooLarge` through the
-/// module, the script, and every fallback.
+/// Issue 22, finding 3: a module that parses costs as i64 fails the call on `u64::MAX`,
+/// and `Fallback::Open` then admits it. A cost above every limit is `CostTooLarge` through
+/// the module, the script, and every fallback.
 async fn an_absurd_cost_is_cost_too_large_on_every_path(mut server: RedisServer) {
     let url = server.url();
     let mut limiters = Vec::new();
@@ -445,8 +448,8 @@ async fn an_absurd_cost_is_cost_too_large_on_every_path(mut server: RedisServer)
 }
 
 /// Finding 3: 10 checks of cost `u64::MAX` among 640 honest ones in flight at once, under
-/// `Fallback::Closed`: before, each poisoned check failed its whole batch (630 of 640
-/// honest checks refused). Every honest key admits exactly its 5, decided by the server.
+/// `Fallback::Closed` (a poisoned check that fails its whole batch gets 630 of 640 honest
+/// checks refused). Every honest key admits exactly its 5, decided by the server.
 async fn poisoned_costs_do_not_fail_their_batch_neighbours(server: RedisServer, module: bool) {
     let limiter = Arc::new(
         RedisLimiter::<u64>::builder()
@@ -508,8 +511,8 @@ fn integers(reply: &str) -> Result<Vec<i64>, String> {
     Ok(values)
 }
 
-/// Finding 3: one bad entry failed the whole call. Each entry gets its own answer: the good
-/// ones are decided, a bad one answers `{3, code, 0, 0, now}`.
+/// Issue 22, finding 3: one bad entry must not fail the whole call. Each entry gets its own
+/// answer: the good ones are decided, a bad one answers `{3, code, 0, 0, now}`.
 async fn a_malformed_entry_gets_its_own_answer_from_the_module(server: RedisServer) {
     let port = server.port;
     // 5 per 60 s, 1 s slots, at t = 100 s; entries: good, cost -1, good, cost 2^64, add, good
@@ -532,8 +535,8 @@ async fn a_malformed_entry_gets_its_own_answer_from_the_module(server: RedisServ
     }
 }
 
-/// Finding 4: the module declared only its first key, so an ACL user allowed `~slidegate:*`
-/// overwrote `victim:session` with window bytes and a 24 h TTL.
+/// Issue 22, finding 4: a module that declares only its first key lets an ACL user allowed
+/// `~slidegate:*` overwrite `victim:session` with window bytes and a 24 h TTL.
 async fn the_module_declares_every_key_to_acls(server: RedisServer) {
     let port = server.port;
     let ok = |reply: Option<String>| assert!(reply.as_deref().unwrap_or("").starts_with('+'), "{reply:?}");
@@ -568,7 +571,7 @@ async fn the_module_declares_every_key_to_acls(server: RedisServer) {
     assert_eq!(fine.len(), 10, "{fine:?}");
 }
 
-/// Finding 4: Cluster slot checks saw only the first key, so one call could write keys of
+/// Issue 22, finding 4: slot checks that see only the first key let one call write keys of
 /// other slots (and other nodes' slots) on this node.
 async fn the_module_declares_every_key_to_cluster_slot_checks(server: RedisServer) {
     let port = server.port;
@@ -595,7 +598,8 @@ fn used_memory(port: u16) -> u64 {
     info.lines().find_map(|l| l.strip_prefix("used_memory:")).unwrap().trim().parse().unwrap()
 }
 
-/// Finding 4: one call with 16 limits of 2^20 slots made a 128 MB string. Calls over the
+/// Issue 22, finding 4: one call with 16 limits of 2^20 slots must not make a 128 MB
+/// string. Calls over the
 /// caps (8 limits, 3600 slots per limit, 64 entries) are refused before anything is
 /// allocated; a call at the caps works.
 async fn an_oversized_call_is_refused_and_allocates_nothing(server: RedisServer) {

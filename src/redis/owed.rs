@@ -46,7 +46,7 @@ pub(super) enum Take {
     Nothing,
     /// Another call is sending this key's debt.
     Busy,
-    /// This debt, now marked as being sent.
+    /// This debt, marked as being sent.
     Pay(Owed),
 }
 
@@ -128,7 +128,7 @@ impl Ledger {
         taken
     }
 
-    /// The debt sent for `key` landed, or can never land (dropped): no longer owed.
+    /// The debt sent for `key` landed, or can never land (dropped): forgotten.
     pub(super) fn settle(&mut self, key: &str, sent: Owed) {
         self.units = self.units.saturating_sub(sent.cost);
         if let Some(debt) = self.debts.get_mut(key) {
