@@ -17,8 +17,9 @@
 //! | `CostTooLarge` (a cost above a limit's `max`: it can never pass) | 413 Content Too Large | `RateLimit-Policy`, `RateLimit` (no `Retry-After`) |
 //! | `TableFull` (the route's limiter at `max_keys`) | 503 Service Unavailable | none |
 //! | `MissingKey` (no key, no fallback key: a configuration problem) | 500 Internal Server Error | none |
-//! | `MalformedKey` (the key's source does not parse: a client-IP header, a path) | 400 Bad Request | none |
+//! | `MalformedKey` (the key's source does not parse: a client-IP header, an `Authorization`) | 400 Bad Request | none |
 //! | `KeyTooLong` (longer than the extractor's `max_len`) | 431 Request Header Fields Too Large | none |
+//! | `RepeatedKey` (the key's header appears more than once) | 400 Bad Request | none |
 //! | `UnsafePath` (no single normal form: a dot segment, an encoded `/`) | 400 Bad Request | none |
 //!
 //! Every route's limiter must have [`max_keys`](crate::LimiterBuilder::max_keys): keys come
@@ -30,8 +31,10 @@
 //! key and the limiter's entry.
 //!
 //! Keys: [`PeerIp`] (the peer's address), [`ForwardedFor`] (the client behind trusted
-//! proxies), [`HeaderKey`] (a header's value, byte for byte), [`PathKey`] (the normalised
-//! path), or a closure ([`key_fn`]).
+//! proxies), [`HeaderKey`] (a header's value, byte for byte), [`AuthorizationKey`]
+//! (credentials, the scheme's case and the whitespace after it canonicalised), [`PathKey`]
+//! (the normalised path), or a closure ([`key_fn`]). A header read for a key must appear
+//! once ([`KeyError::Repeated`]).
 //!
 //! The fields follow the IETF draft `draft-ietf-httpapi-ratelimit-headers-10` (structured
 //! fields). `RateLimit-Policy` lists every limit of the **policy version that decided the
@@ -85,7 +88,7 @@ mod route;
 
 pub use client_ip::{ForwardedFor, OnMalformed};
 pub use extract::{key_fn, IntoKey, KeyError, KeyExtractor, KeyFn, PathKey, PeerIp};
-pub use header::HeaderKey;
+pub use header::{AuthorizationKey, HeaderKey};
 pub use refusal::{DefaultRefusals, ProblemJson, Refusal, RefusalKind, Refuse, RefuseFn};
 
 /// The `RateLimit-Policy` field name.
@@ -384,7 +387,7 @@ where
 
     /// Requests the extractor finds no key in ([`KeyError::Missing`]) share `key`'s budget,
     /// instead of being refused ([`RefusalKind::MissingKey`]). A key that is there but
-    /// malformed or too long is refused all the same: it is the client's error.
+    /// malformed, too long or repeated is refused all the same: it is the client's error.
     ///
     /// ```
     /// use slidegate::tower::{HeaderKey, RateLimitLayer};

@@ -2,7 +2,7 @@
 //! a hot key or one of many, admitted, refused or shadow-refused,
 //! with one limit or several, for every algorithm but the sliding log (whose admissions
 //! allocate its new snapshot; its refusals must not); and the tower layer's extractors read
-//! proxy headers, header keys and paths without allocating, so that a check on
+//! proxy headers, header keys, credentials and paths without allocating, so that a check on
 //! a held header key allocates nothing either. A counting global allocator sees every allocation of the
 //! process; this file holds a single test so no other test thread allocates meanwhile, and
 //! the limiter runs on a `ManualClock` so it has no background thread either.
@@ -169,15 +169,20 @@ fn checks_on_existing_keys_do_not_allocate() {
         }
     }
 
-    // Header keys and normal paths are looked up where they lie in the request: a check on a key the limiter holds copies nothing. The
+    // Header keys, credentials in their usual spelling and normal paths are looked up where
+    // they lie in the request: a check on a key the limiter holds copies nothing. The
     // limiter copies a key only to insert it (one allocation, its own bytes).
     #[cfg(feature = "tower")]
     {
-        use slidegate::tower::{HeaderKey, KeyExtractor, PathKey};
+        use slidegate::tower::{AuthorizationKey, HeaderKey, KeyExtractor, PathKey};
 
-        let req =
-            http::Request::get("/api/items?page=2").header("x-api-key", "k-0123456789").body(()).unwrap();
-        let (api_key, path) = (HeaderKey::new("x-api-key").unwrap(), PathKey::new());
+        let req = http::Request::get("/api/items?page=2")
+            .header("x-api-key", "k-0123456789")
+            .header("authorization", "Bearer T0KEN")
+            .body(())
+            .unwrap();
+        let (api_key, credentials, path) =
+            (HeaderKey::new("x-api-key").unwrap(), AuthorizationKey::new(), PathKey::new());
         let clock = ManualClock::new();
         let bytes =
             Limiter::<Vec<u8>>::builder().limit(Limit::per_second(10)).clock(clock.clone()).build().unwrap();
@@ -186,8 +191,10 @@ fn checks_on_existing_keys_do_not_allocate() {
         let check = || {
             let key = api_key.extract(&req).unwrap();
             let api = bytes.check(&*key).is_allowed();
+            let key = credentials.extract(&req).unwrap();
+            let auth = bytes.check(&*key).is_allowed();
             let key = path.extract(&req).unwrap();
-            api && paths.check(&*key).is_allowed()
+            api && auth && paths.check(&*key).is_allowed()
         };
         assert!(allocations_during(|| assert!(check())) > 0, "the first check inserts the keys");
         let mut admitted = 0;
@@ -197,6 +204,6 @@ fn checks_on_existing_keys_do_not_allocate() {
             }
         });
         assert_eq!(admitted, 9);
-        assert_eq!(n, 0, "checks on held header and path keys allocated {n} times");
+        assert_eq!(n, 0, "checks on held header, credentials and path keys allocated {n} times");
     }
 }

@@ -1,7 +1,8 @@
 //! What a hostile client sends through a real axum server on loopback cannot escape a limit
 //! or page the operator: dot segments are refused rather than routed past a limited route,
 //! `PathKey` keys every spelling of a path as one, a malformed client-IP header is the
-//! client's 400, an overlong key is refused. Requests are written on the socket as they are
+//! client's 400, every spelling of one `Authorization` shares its budget, a repeated key
+//! header and an overlong key are refused. Requests are written on the socket as they are
 //! (no client normalises them); the limiters run on a `ManualClock`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -12,7 +13,9 @@ use std::sync::Arc;
 use axum::extract::Path;
 use axum::routing::get;
 use axum::Router;
-use slidegate::tower::{ForwardedFor, HeaderKey, OnMalformed, PathKey, PeerIp, RateLimitLayer};
+use slidegate::tower::{
+    AuthorizationKey, ForwardedFor, HeaderKey, OnMalformed, PathKey, PeerIp, RateLimitLayer,
+};
 use slidegate::{Limit, Limiter, ManualClock};
 
 /// Serves `app` on an ephemeral loopback port (with peer addresses).
@@ -166,6 +169,44 @@ async fn a_malformed_client_ip_header_is_the_clients_400() {
 }
 
 #[tokio::test]
+async fn one_token_one_budget_whatever_the_schemes_spelling() {
+    let clock = ManualClock::new();
+    let (app, reached) = counting_upstream();
+    let layer = RateLimitLayer::new("auth", limiter::<Vec<u8>>(3, &clock), AuthorizationKey::new()).unwrap();
+    let addr = serve(app.layer(layer)).await;
+    for _ in 0..3 {
+        assert_eq!(status(addr, "/", "authorization: Bearer T0KEN\r\n").await, 200);
+    }
+    for spelling in ["bearer T0KEN", "BEARER T0KEN", "Bearer  T0KEN", "bEaReR \t T0KEN"] {
+        let header = format!("authorization: {spelling}\r\n");
+        assert_eq!(status(addr, "/", &header).await, 429, "{spelling:?} is Bearer T0KEN");
+    }
+    // The credentials are compared byte for byte.
+    assert_eq!(status(addr, "/", "authorization: Bearer t0ken\r\n").await, 200);
+    assert_eq!(status(addr, "/", "authorization: Basic T0KEN\r\n").await, 200, "another scheme");
+    assert_eq!(status(addr, "/", "authorization: =T0KEN\r\n").await, 400, "no scheme");
+    assert_eq!(reached.load(Ordering::SeqCst), 5);
+}
+
+#[tokio::test]
+async fn a_repeated_key_header_is_refused() {
+    let clock = ManualClock::new();
+    let (app, reached) = counting_upstream();
+    let layer = RateLimitLayer::new("auth", limiter::<Vec<u8>>(3, &clock), AuthorizationKey::new()).unwrap();
+    let addr = serve(app.layer(layer)).await;
+    let doubled = "authorization: Bearer FRESH-1\r\nauthorization: Bearer VICTIM\r\n";
+    assert_eq!(status(addr, "/", doubled).await, 400);
+    let (app, _) = counting_upstream();
+    let layer =
+        RateLimitLayer::new("keys", limiter::<Vec<u8>>(3, &clock), HeaderKey::new("x-api-key").unwrap())
+            .unwrap();
+    let addr2 = serve(app.layer(layer)).await;
+    assert_eq!(status(addr2, "/", "x-api-key: a\r\nX-Api-Key: b\r\n").await, 400);
+    assert_eq!(status(addr2, "/", "x-api-key: a, b\r\n").await, 200, "one line is one value");
+    assert_eq!(reached.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
 async fn an_overlong_key_is_refused() {
     let clock = ManualClock::new();
     let (app, reached) = counting_upstream();
@@ -179,11 +220,19 @@ async fn an_overlong_key_is_refused() {
     let too_long = format!("x-api-key: {}\r\n", "k".repeat(257));
     assert_eq!(status(addr, "/", &too_long).await, 431);
 
+    // AuthorizationKey::DEFAULT_MAX_LEN is 4096 bytes of `Scheme credentials`: a JWT fits.
+    let layer = RateLimitLayer::new("auth", limiter::<Vec<u8>>(3, &clock), AuthorizationKey::new()).unwrap();
+    let addr = serve(app.clone().layer(layer)).await;
+    let jwt = format!("authorization: Bearer {}\r\n", "j".repeat(4096 - 7));
+    assert_eq!(status(addr, "/", &jwt).await, 200);
+    let too_long = format!("authorization: Bearer {}\r\n", "j".repeat(4096 - 6));
+    assert_eq!(status(addr, "/", &too_long).await, 431);
+
     // PathKey::DEFAULT_MAX_LEN is 1024 bytes of the normal form.
     let layer = RateLimitLayer::new("paths", limiter::<String>(3, &clock), PathKey::new()).unwrap();
     let addr = serve(app.layer(layer)).await;
     let longest = format!("//{}?{}", "p".repeat(1023), "q".repeat(2000));
     assert_eq!(status(addr, &longest, "").await, 200);
     assert_eq!(status(addr, &format!("/{}", "p".repeat(1024)), "").await, 431);
-    assert_eq!(reached.load(Ordering::SeqCst), 2);
+    assert_eq!(reached.load(Ordering::SeqCst), 3);
 }

@@ -88,12 +88,16 @@ pub enum KeyError {
     /// configured for requests it cannot key).
     Missing,
     /// The key's source is there but does not parse (a client-IP header that is not an
-    /// address, an unsafe path):
+    /// address, an `Authorization` without a scheme, an unsafe path):
     /// [`MalformedKey`](super::RefusalKind::MalformedKey), 400.
     Malformed,
     /// The key is longer than the extractor's maximum:
     /// [`KeyTooLong`](super::RefusalKind::KeyTooLong), 431.
     TooLong,
+    /// The header the key is read from appears more than once, so the request has two
+    /// readings (a backend may read the other line):
+    /// [`RepeatedKey`](super::RefusalKind::RepeatedKey), 400.
+    Repeated,
 }
 
 impl fmt::Display for KeyError {
@@ -102,6 +106,7 @@ impl fmt::Display for KeyError {
             KeyError::Missing => "the request carries no rate-limiting key",
             KeyError::Malformed => "the request's rate-limiting key does not parse",
             KeyError::TooLong => "the rate-limiting key is longer than allowed",
+            KeyError::Repeated => "the header the rate-limiting key is read from appears more than once",
         })
     }
 }

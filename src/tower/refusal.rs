@@ -27,13 +27,16 @@ pub enum RefusalKind {
     /// every request should carry).
     MissingKey,
     /// The key's source is there but does not parse ([`KeyError::Malformed`]: a client-IP
-    /// header that is not an address, a path without a single normal form): 400 Bad
+    /// header that is not an address, an `Authorization` without a scheme): 400 Bad
     /// Request, the client's error.
     MalformedKey,
     /// The key is longer than the extractor allows ([`KeyError::TooLong`]): 431 Request
     /// Header Fields Too Large (a [`PathKey`](super::PathKey) too, whose key is the path;
     /// an [`on_refusal`](super::RateLimitLayer::on_refusal) handler can answer 414 there).
     KeyTooLong,
+    /// The header the key is read from appears more than once ([`KeyError::Repeated`]):
+    /// 400 Bad Request. The layer would key one line and a backend may read another.
+    RepeatedKey,
     /// The path has no single normal form (a dot segment, an encoded `/`: see
     /// [`RateLimitLayer::route`](super::RateLimitLayer::route)): 400 Bad Request.
     UnsafePath,
@@ -46,6 +49,7 @@ impl RefusalKind {
             KeyError::Missing => RefusalKind::MissingKey,
             KeyError::Malformed => RefusalKind::MalformedKey,
             KeyError::TooLong => RefusalKind::KeyTooLong,
+            KeyError::Repeated => RefusalKind::RepeatedKey,
         }
     }
 }
@@ -123,7 +127,9 @@ impl Refusal {
             RefusalKind::CostTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             RefusalKind::TableFull => StatusCode::SERVICE_UNAVAILABLE,
             RefusalKind::MissingKey => StatusCode::INTERNAL_SERVER_ERROR,
-            RefusalKind::MalformedKey | RefusalKind::UnsafePath => StatusCode::BAD_REQUEST,
+            RefusalKind::MalformedKey | RefusalKind::RepeatedKey | RefusalKind::UnsafePath => {
+                StatusCode::BAD_REQUEST
+            }
             RefusalKind::KeyTooLong => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
         }
     }
@@ -264,6 +270,7 @@ impl Refusal {
             RefusalKind::MissingKey => "the request carries no rate-limiting key",
             RefusalKind::MalformedKey => "the request's rate-limiting key (a client address, credentials) does not parse",
             RefusalKind::KeyTooLong => "the request's rate-limiting key is longer than the server accepts",
+            RefusalKind::RepeatedKey => "the header the rate-limiting key is read from appears more than once",
             _ => "the request path has no single normal form (a '.' or '..' segment, an encoded '/', '\\' or '%', a malformed escape, or a '\\')",
         };
         Refusal { kind, route: route.name.clone(), decision: None, headers: HeaderMap::new(), detail }
