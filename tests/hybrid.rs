@@ -7,7 +7,14 @@
 //!   and the other replicas within that sync;
 //! * replicas keep hearing each other's units for a key during a spray;
 //! * a client that goes round four replicas, one request at a time, gets the limit once, not
-//!   once per replica (pulls of a key back off only while they find nothing new).
+//!   once per replica (pulls of a key back off only while they find nothing new);
+//! * what waits for a stalled sync stays within `max_keys`, and loses no unit of the keys
+//!   waiting;
+//! * rounds of key sprays beyond `max_keys` leave the heap where the first left it, and the
+//!   limit of a key in use still holds across replicas.
+//!
+//! The memory tests read a counting allocator's live bytes, so the trials run one at a
+//! time.
 //!
 //! A `libtest-mimic` binary (`harness = false`): a test whose server is missing reports
 //! `ignored` with the reason, or fails under `SLIDEGATE_REQUIRE_SERVERS`.
@@ -15,6 +22,7 @@
 
 #[allow(dead_code)]
 mod support {
+    pub mod counting_alloc;
     pub mod rng;
     pub mod servers;
 }
@@ -23,11 +31,18 @@ use std::time::{Duration, Instant};
 
 use slidegate::redis::{HybridLimiter, RedisLimiter};
 use slidegate::{Limit, ManualClock};
+use support::counting_alloc::{live_bytes, Counting};
 use support::rng::Rng;
 use support::servers::{redis_command, trial, RedisServer};
 
+/// The memory tests count every heap byte of the process: the trials run one at a time.
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
 fn main() -> std::process::ExitCode {
-    support::servers::run(vec![
+    let mut args = libtest_mimic::Arguments::from_args();
+    args.test_threads = Some(1);
+    let trials = vec![
         trial(
             "a_sync_after_a_key_spray_makes_a_bounded_number_of_calls",
             2,
@@ -46,7 +61,20 @@ fn main() -> std::process::ExitCode {
             || RedisServer::start(&[]),
             a_client_going_round_the_replicas_gets_the_limit_once,
         ),
-    ])
+        trial(
+            "a_stalled_sync_keeps_what_waits_within_max_keys",
+            0,
+            || RedisServer::start(&[]),
+            a_stalled_sync_keeps_what_waits_within_max_keys,
+        ),
+        trial(
+            "a_key_spray_beyond_max_keys_keeps_memory_bounded",
+            0,
+            || RedisServer::start(&[]),
+            a_key_spray_beyond_max_keys_keeps_memory_bounded,
+        ),
+    ];
+    libtest_mimic::run(&args, trials).exit_code()
 }
 
 /// Keys sprayed through one replica: each checked once.
@@ -214,4 +242,138 @@ async fn a_client_going_round_the_replicas_gets_the_limit_once(server: RedisServ
     );
     assert!(densest.unwrap_or(0) <= MAX, "densest minute {densest:?}: admitted at {admitted:?} ms");
     assert!(admitted.len() as u64 >= 2 * MAX, "only {} admitted in 150 s", admitted.len());
+}
+
+/// A replica whose syncs stall (none for the whole test: a long interval, no early sync)
+/// while 100,000 units are admitted over 10 keys: one queue entry per admission made the
+/// heap grow by megabytes; with `max_keys(1000)` at most 1000 entries wait, then one sum per
+/// key. Once it syncs, Redis has every unit: the other replica's view holds them.
+async fn a_stalled_sync_keeps_what_waits_within_max_keys(server: RedisServer) {
+    const ADMITTED: u64 = 100_000;
+    let clock = ManualClock::new();
+    let prefix = prefix("stall");
+    let build = || {
+        RedisLimiter::<String>::builder()
+            .url(&server.url())
+            .limit(Limit::per_minute(1_000_000))
+            .clock(clock.clone())
+            .prefix(&prefix)
+            .max_keys(1000)
+            .sync_interval(Duration::from_secs(3600))
+            .batch(u64::MAX)
+            .timeout(Duration::from_secs(5))
+            .build_hybrid()
+    };
+    let (a, b) = (build().await.unwrap(), build().await.unwrap());
+    let keys: Vec<String> = (0..10).map(|k| format!("key-{k}")).collect();
+    let before = live_bytes();
+    for i in 0..ADMITTED {
+        assert!(a.check(&keys[(i % 10) as usize]).is_allowed());
+    }
+    let grown = live_bytes().saturating_sub(before);
+    eprintln!("{ADMITTED} admissions over 10 keys with no sync: the heap grew by {grown} B");
+    assert!(grown < 256 * 1024, "{ADMITTED} admissions waiting for a sync grew the heap by {grown} B");
+    let stats = a.stats();
+    assert_eq!((stats.queued, stats.dropped_units), (1000 + 10, 0), "{stats:?}");
+    a.sync_now().await;
+    for key in &keys {
+        assert!(b.check(key).is_allowed());
+    }
+    b.sync_now().await;
+    for key in &keys {
+        let seen = 1_000_000 - b.local().peek(key).remaining() - 1;
+        assert_eq!(seen, ADMITTED / 10 + 1, "{key}: b's view holds a's units and its own");
+    }
+    let stats = a.stats();
+    assert_eq!((stats.queued, stats.owed_units, stats.dropped_units), (0, 0, 0), "{stats:?}");
+
+    // Beyond the side table's max_keys keys, an admission counts locally and is dropped,
+    // counted: 100 keys twice (100 queued, 100 summed), then, the local limiter swept, 100
+    // new keys that neither can take.
+    let c = RedisLimiter::<String>::builder()
+        .url(&server.url())
+        .limit(Limit::per_minute(10))
+        .clock(clock.clone())
+        .prefix(&prefix)
+        .max_keys(100)
+        .sync_interval(Duration::from_secs(3600))
+        .batch(u64::MAX)
+        .timeout(Duration::from_secs(5))
+        .build_hybrid()
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        for k in 0..100 {
+            assert!(c.check(&format!("old-{k}")).is_allowed());
+        }
+    }
+    clock.advance(Duration::from_secs(61));
+    assert_eq!(c.local().sweep(), 100);
+    for k in 0..100 {
+        assert!(c.check_n(&format!("new-{k}"), 3).is_allowed());
+    }
+    let stats = c.stats();
+    assert_eq!((stats.queued, stats.dropped_units), (200, 300), "{stats:?}");
+    c.sync_now().await;
+    let stats = c.stats();
+    assert_eq!((stats.keys, stats.owed_units, stats.dropped_units), (100, 0, 300), "{stats:?}");
+}
+
+/// 16 rounds: 600 new keys of 200 bytes through replica `a` (whose local limiter holds at
+/// most 500 keys, so 100 are refused `TooManyKeys`), a sync, then a minute, after which the
+/// local limiter sweeps them. The keys the replica syncs used to stay for the TTL (a minute
+/// of the replica's own clock: the whole test), 8,000 of them; they stay within
+/// `max_keys`, so the heap after the last round is where it was after the second. And
+/// `alice`, checked every round, keeps her limit across the replicas.
+async fn a_key_spray_beyond_max_keys_keeps_memory_bounded(server: RedisServer) {
+    const MAX_KEYS: usize = 500;
+    let clock = ManualClock::new();
+    let prefix = prefix("bounded");
+    let build = || {
+        RedisLimiter::<String>::builder()
+            .url(&server.url())
+            .limit(Limit::per_minute(10))
+            .clock(clock.clone())
+            .prefix(&prefix)
+            .max_keys(MAX_KEYS)
+            .sync_interval(Duration::from_secs(3600))
+            .batch(u64::MAX)
+            .timeout(Duration::from_secs(5))
+            .build_hybrid()
+    };
+    let (a, b) = (build().await.unwrap(), build().await.unwrap());
+    let alice = "alice".to_owned();
+    let mut baseline = 0;
+    for round in 0..16 {
+        assert!(a.check(&alice).is_allowed(), "round {round}");
+        let mut refused = 0;
+        for i in 0..600 {
+            let d = a.check(&format!("{round:02}-{i:04}-{}", "x".repeat(200)));
+            if !d.is_allowed() {
+                assert_eq!(d.denial(), Some(slidegate::Denial::TooManyKeys), "round {round}, key {i}");
+                refused += 1;
+            }
+        }
+        assert_eq!(refused, 600 - (MAX_KEYS - 1), "round {round}");
+        a.sync_now().await;
+        if round == 1 {
+            baseline = live_bytes();
+        }
+        clock.advance(Duration::from_secs(61));
+        assert_eq!(a.local().sweep(), MAX_KEYS, "round {round}");
+    }
+    let grown = live_bytes().saturating_sub(baseline);
+    eprintln!(
+        "16 rounds of 600 sprayed keys at max_keys({MAX_KEYS}): the heap grew by {grown} B after the second"
+    );
+    assert!(grown < 512 * 1024, "the heap grew by {grown} B over 14 rounds of {MAX_KEYS} new keys");
+    let stats = a.stats();
+    assert_eq!((stats.keys, stats.owed_units, stats.dropped_units), (MAX_KEYS, 0, 0), "{stats:?}");
+    // Alice's limit holds on both replicas: 10 of 12 on `a`, then `b` hears of them.
+    let admitted = (0..12).filter(|_| a.check(&alice).is_allowed()).count();
+    assert_eq!(admitted, 10);
+    a.sync_now().await;
+    let _ = b.check(&alice);
+    b.sync_now().await;
+    assert!(!b.check(&alice).is_allowed(), "b's view holds a's 10 units of alice");
 }

@@ -3,10 +3,11 @@
 mod book;
 mod exchange;
 
+use std::collections::HashMap;
 use std::fmt;
 use std::hash::Hash;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use crossbeam_queue::SegQueue;
@@ -66,9 +67,11 @@ pub const DEFAULT_SYNC_KEYS: usize = 1024;
 /// [`Denial::TooManyKeys`](crate::Denial::TooManyKeys)); the keys the replica syncs are at
 /// most `max_keys` too (a new one evicts the least recently admitted key that owes
 /// nothing, among the 64 least recent, else the least recently admitted, whose unpushed
-/// units are then dropped); and at most `max_keys` admissions wait in the queue for the
-/// next sync (an admission beyond that still counts locally, but is never pushed). Units
-/// that no other replica will hear of are counted in [`SyncStats::dropped_units`].
+/// units are then dropped). At most `max_keys` admissions wait in the queue for the next
+/// sync; while it is full (the syncs are behind), admissions are summed per key in a side
+/// table of at most `max_keys` keys, behind a mutex, and an admission of a key beyond that
+/// still counts locally but is never pushed. Units that no other replica will hear of are
+/// counted in [`SyncStats::dropped_units`].
 pub struct HybridLimiter<K> {
     shared: Arc<Shared<K>>,
     task: tokio::task::JoinHandle<()>,
@@ -84,11 +87,12 @@ pub struct SyncStats {
     pub owing_keys: usize,
     /// Units admitted here and not yet pushed, as of the last sync.
     pub owed_units: u64,
-    /// Admissions waiting in the queue for the next sync (at most `max_keys`).
+    /// Admissions waiting for the next sync: the queue's (at most `max_keys`), and the keys
+    /// in the side table while the queue is full (at most `max_keys`).
     pub queued: usize,
     /// Units admitted here that no other replica will hear of: admitted while the queue
-    /// was full, owed by a key evicted at `max_keys`, or refused by Redis with an error
-    /// that retrying cannot change.
+    /// and its side table were full, owed by a key evicted at `max_keys`, or refused by
+    /// Redis with an error that retrying cannot change.
     pub dropped_units: u64,
     /// Keys the last sync pushed or pulled (at most `sync_keys`).
     pub last_sync_keys: usize,
@@ -108,9 +112,14 @@ struct Shared<K> {
     local: Limiter<K>,
     remote: Arc<Remote>,
     queue: SegQueue<(K, u64)>,
-    /// Entries in `queue` (at most `max_keys`) and their units (an early sync's trigger).
+    /// Entries in `queue` (at most `max_keys`) and the units waiting (an early sync's
+    /// trigger).
     queued: AtomicUsize,
     pending: AtomicU64,
+    /// While the queue is full: the units admitted per key (at most `max_keys` keys), and
+    /// whether it holds any (so that a sync skips its lock otherwise).
+    spill: Mutex<HashMap<K, u64>>,
+    spilled: AtomicBool,
     /// See [`SyncStats::dropped_units`].
     dropped: AtomicU64,
     book: tokio::sync::Mutex<Book<K>>,
@@ -155,6 +164,8 @@ where
             queue: SegQueue::new(),
             queued: AtomicUsize::new(0),
             pending: AtomicU64::new(0),
+            spill: Mutex::new(HashMap::new()),
+            spilled: AtomicBool::new(false),
             dropped: AtomicU64::new(0),
             book: tokio::sync::Mutex::new(Book::new(max_keys)),
             forget_after,
@@ -279,7 +290,7 @@ where
             keys: s.known.load(Ordering::Relaxed),
             owing_keys: s.owing_keys.load(Ordering::Relaxed),
             owed_units: s.owed_units.load(Ordering::Relaxed),
-            queued: s.queued.load(Ordering::Relaxed),
+            queued: s.queued.load(Ordering::Relaxed).saturating_add(s.spill_len()),
             dropped_units: s.dropped.load(Ordering::Relaxed),
             last_sync_keys: s.last_keys.load(Ordering::Relaxed),
             last_sync_calls: s.last_calls.load(Ordering::Relaxed),
@@ -291,8 +302,9 @@ impl<K> Shared<K>
 where
     K: Hash + Eq + Clone + Send + Sync + fmt::Display + 'static,
 {
-    /// Queues an admission for the next sync, or counts it as dropped when `max_keys`
-    /// admissions already wait.
+    /// Queues an admission for the next sync; when `max_keys` admissions already wait,
+    /// adds it to its key's sum in the side table, or counts it as dropped when that holds
+    /// `max_keys` other keys.
     fn enqueue(&self, key: &K, cost: u64) {
         // Relaxed: the counts only bound the queue and trigger early syncs. Both are raised
         // before the push, and the sync lowers them after its pop, which the queue orders
@@ -300,10 +312,57 @@ where
         if self.queued.fetch_add(1, Ordering::Relaxed) < self.max_keys {
             self.pending.fetch_add(cost, Ordering::Relaxed);
             self.queue.push((key.clone(), cost));
-        } else {
-            self.queued.fetch_sub(1, Ordering::Relaxed);
-            self.dropped.fetch_add(cost, Ordering::Relaxed);
+            return;
         }
+        self.queued.fetch_sub(1, Ordering::Relaxed);
+        let mut spill = self.spill.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(units) = spill.get_mut(key) {
+            *units = units.saturating_add(cost);
+        } else if spill.len() < self.max_keys {
+            spill.insert(key.clone(), cost);
+        } else {
+            self.dropped.fetch_add(cost, Ordering::Relaxed);
+            return;
+        }
+        // Relaxed: under the lock, which orders it with the sync's take (the flag only
+        // spares the sync the lock when nothing spilled).
+        self.spilled.store(true, Ordering::Relaxed);
+        self.pending.fetch_add(cost, Ordering::Relaxed);
+    }
+
+    /// Keys in the side table.
+    fn spill_len(&self) -> usize {
+        // Relaxed: see `enqueue`.
+        if self.spilled.load(Ordering::Relaxed) {
+            self.spill.lock().map_or(0, |spill| spill.len())
+        } else {
+            0
+        }
+    }
+
+    /// What waits for the sync, into `book`: the queue, then the side table. Returns the
+    /// owed units of keys evicted to make room.
+    fn drain(&self, book: &mut Book<K>, now: Instant) -> u64 {
+        let mut dropped = 0u64;
+        while let Some((key, cost)) = self.queue.pop() {
+            // Relaxed: see `enqueue`.
+            self.queued.fetch_sub(1, Ordering::Relaxed);
+            self.pending.fetch_sub(cost, Ordering::Relaxed);
+            dropped = dropped.saturating_add(book.admit(&key, cost, now));
+        }
+        // Relaxed: see `enqueue`; a spill that this load misses is taken by the next sync.
+        if self.spilled.load(Ordering::Relaxed) {
+            let spill = {
+                let mut spill = self.spill.lock().unwrap_or_else(PoisonError::into_inner);
+                self.spilled.store(false, Ordering::Relaxed);
+                std::mem::take(&mut *spill)
+            };
+            for (key, cost) in spill {
+                self.pending.fetch_sub(cost, Ordering::Relaxed);
+                dropped = dropped.saturating_add(book.admit(&key, cost, now));
+            }
+        }
+        dropped
     }
 
     /// One sync of at most `budget` keys (`new_interval`: pulls due at the next sync are
@@ -314,13 +373,7 @@ where
             book.new_sync();
         }
         let now = Instant::now();
-        let mut dropped = 0u64;
-        while let Some((key, cost)) = self.queue.pop() {
-            // Relaxed: see `enqueue`.
-            self.queued.fetch_sub(1, Ordering::Relaxed);
-            self.pending.fetch_sub(cost, Ordering::Relaxed);
-            dropped = dropped.saturating_add(book.admit(&key, cost, now));
-        }
+        let mut dropped = self.drain(&mut book, now);
         book.forget_idle(now, self.forget_after, budget.saturating_mul(4).max(256));
         let picks = book.take(budget);
         let touched = picks.len();
