@@ -14,7 +14,10 @@
 //! (at most `(c − 1) × cost` for `c` concurrent checks of the key); and with several limits
 //! there is no atomic admission across them (each is incremented after the decision, none
 //! is rolled back). Time is the caller's (memcached has no clock to lend). The fallback
-//! when memcached fails or times out is the Redis backend's [`Fallback`].
+//! when memcached fails or times out is the Redis backend's [`Fallback`]; under
+//! [`Fallback::Local`] its in-process limiter holds at most
+//! [`max_keys`](MemcachedLimiterBuilder::max_keys) keys (default [`DEFAULT_MAX_KEYS`]), and
+//! refuses a new key beyond that with `Denial::TooManyKeys`.
 //!
 //! # Connections
 //!
@@ -90,6 +93,14 @@ use wire::{get_multi, incr, Connector};
 /// ```
 pub const DEFAULT_POOL_SIZE: usize = 8;
 
+/// The most keys [`Fallback::Local`]'s in-process limiter holds unless
+/// [`max_keys`](MemcachedLimiterBuilder::max_keys) says otherwise.
+///
+/// ```
+/// assert_eq!(slidegate::memcached::DEFAULT_MAX_KEYS, 100_000);
+/// ```
+pub const DEFAULT_MAX_KEYS: usize = 100_000;
+
 /// The longest key prefix [`build`](MemcachedLimiterBuilder::build) accepts, in bytes: with
 /// it, the longest name (a hashed key, limit index and bucket) still fits memcached's 250.
 ///
@@ -153,6 +164,7 @@ pub struct MemcachedLimiterBuilder<K> {
     clock: Option<ManualClock>,
     fallback: Fallback,
     pool_size: usize,
+    max_keys: usize,
     _key: std::marker::PhantomData<fn() -> K>,
 }
 
@@ -227,10 +239,29 @@ where
         self
     }
 
+    /// The most keys [`Fallback::Local`]'s in-process limiter holds (default
+    /// [`DEFAULT_MAX_KEYS`]; `0` is taken as 1). While memcached cannot answer, a new key
+    /// beyond it is refused with [`Denial::TooManyKeys`](crate::Denial::TooManyKeys) (decided
+    /// [`DecidedBy::Local`]), as [`LimiterBuilder::max_keys`](crate::LimiterBuilder::max_keys)
+    /// refuses it; the keys it holds keep their limits, and room comes back as idle keys are
+    /// swept.
+    ///
+    /// ```
+    /// use slidegate::memcached::MemcachedLimiter;
+    /// use slidegate::Limit;
+    /// let limiter = MemcachedLimiter::<u64>::builder().limit(Limit::per_second(10)).max_keys(10_000).build()?;
+    /// assert_eq!(limiter.local().and_then(|l| l.max_keys()), Some(10_000));
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn max_keys(mut self, max_keys: usize) -> Self {
+        self.max_keys = max_keys.max(1);
+        self
+    }
+
     /// Validates the limits, the prefix and the pool size (connections are opened by the
     /// checks, and reopened after a failure).
     pub fn build(self) -> Result<MemcachedLimiter<K>, ConfigError> {
-        let mut local = Limiter::builder();
+        let mut local = Limiter::builder().max_keys(self.max_keys);
         for limit in &self.limits {
             local = local.limit(limit.precision(limit.window()));
         }
@@ -362,6 +393,7 @@ where
             clock: None,
             fallback: Fallback::default(),
             pool_size: DEFAULT_POOL_SIZE,
+            max_keys: DEFAULT_MAX_KEYS,
             _key: std::marker::PhantomData,
         }
     }
@@ -389,6 +421,22 @@ where
             // unclean, and the pool closes it (see `Conn`).
             _ => self.fall_back(key, cost),
         }
+    }
+
+    /// [`Fallback::Local`]'s in-process limiter (`None` under the other fallbacks): what it
+    /// holds is what the fallback admitted while memcached could not answer.
+    ///
+    /// ```
+    /// use slidegate::memcached::{Fallback, MemcachedLimiter};
+    /// use slidegate::Limit;
+    /// let limiter = MemcachedLimiter::<u64>::builder().limit(Limit::per_second(10)).build()?;
+    /// assert_eq!(limiter.local().map(|l| l.len()), Some(0));
+    /// let open = MemcachedLimiter::<u64>::builder().limit(Limit::per_second(10)).fallback(Fallback::Open).build()?;
+    /// assert!(open.local().is_none());
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn local(&self) -> Option<&Limiter<K>> {
+        self.local.as_ref()
     }
 
     fn fall_back(&self, key: &K, cost: u64) -> Checked {

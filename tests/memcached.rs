@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use slidegate::memcached::{DecidedBy, Fallback, MemcachedLimiter};
-use slidegate::{Limit, Limiter, ManualClock};
+use slidegate::{Denial, Limit, Limiter, ManualClock};
 use support::servers::{trial, Memcached};
 
 fn main() -> std::process::ExitCode {
@@ -58,6 +58,12 @@ fn main() -> std::process::ExitCode {
             0,
             Memcached::start,
             a_vanished_memcached_is_answered_by_the_fallback,
+        ),
+        trial(
+            "a_spray_through_the_fallback_stays_within_max_keys",
+            0,
+            Memcached::start,
+            a_spray_through_the_fallback_stays_within_max_keys,
         ),
         trial(
             "counters_of_windows_over_15_days_are_kept",
@@ -205,6 +211,45 @@ async fn a_vanished_memcached_is_answered_by_the_fallback(server: Memcached) {
     assert_eq!(open.check(&1).await.decided_by(), DecidedBy::FailOpen);
 }
 
+/// Finding 7: `Fallback::Local`'s in-process limiter had no `max_keys`, so while memcached
+/// was away every sprayed key stayed in it. With `max_keys(1000)`, a spray of 5,000 keys
+/// leaves it holding 1,000, the keys beyond are refused `TooManyKeys` (decided locally),
+/// and a key it held keeps its limit.
+async fn a_spray_through_the_fallback_stays_within_max_keys(server: Memcached) {
+    let clock = ManualClock::new();
+    let limiter = MemcachedLimiter::<u64>::builder()
+        .addr(&server.addr)
+        .limit(Limit::per_minute(3))
+        .clock(clock.clone())
+        .timeout(Duration::from_millis(500))
+        .max_keys(1000)
+        .build()
+        .unwrap();
+    assert_eq!(limiter.check(&7).await.decided_by(), DecidedBy::Server);
+    drop(server);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let d = limiter.check(&7).await;
+    assert_eq!((d.decided_by(), d.is_allowed()), (DecidedBy::Local, true));
+    let mut refused = 0;
+    for key in 0..5000u64 {
+        let d = limiter.check(&(1_000_000 + key)).await;
+        assert_eq!(d.decided_by(), DecidedBy::Local);
+        if !d.is_allowed() {
+            assert_eq!(d.denial(), Some(Denial::TooManyKeys), "key {key}");
+            refused += 1;
+        }
+    }
+    let held = limiter.local().map_or(0, Limiter::len);
+    assert!(held <= 1000, "the fallback holds {held} keys after a spray of 5000 (max_keys 1000)");
+    assert_eq!(refused, 5000 - 999);
+    // Key 7 keeps its limit in the fallback: 3 per minute, 1 admitted there so far.
+    for _ in 0..2 {
+        assert!(limiter.check(&7).await.is_allowed());
+    }
+    let d = limiter.check(&7).await;
+    assert_eq!((d.decided_by(), d.denial()), (DecidedBy::Local, Some(Denial::Limit(0))));
+}
+
 /// Pairs of keys that the mapping before the escaped one (blanks and controls replaced by
 /// `_`, the prefix glued to the key) sent to one counter, and keys too long for memcached
 /// (which it refused, so every check of them fell back): each must get a budget of its own
@@ -263,17 +308,20 @@ async fn keys_the_old_mapping_merged_have_budgets_of_their_own(server: Memcached
     assert_eq!((d.decided_by(), d.is_allowed()), (DecidedBy::Server, true));
 }
 
-/// memcached's `curr_connections`, asked on `stats`.
-fn curr_connections(stats: &mut BufReader<TcpStream>) -> u64 {
+/// memcached's `total_connections` (every connection it accepted since it started), asked
+/// on `stats`. (Not `curr_connections`: memcached counts a closed connection out when a
+/// worker thread gets to it, so the probe that `Memcached::start` closed just before the
+/// test could still be counted in the first reading and gone from the next.)
+fn total_connections(stats: &mut BufReader<TcpStream>) -> u64 {
     stats.get_mut().write_all(b"stats\r\n").unwrap();
     let mut found = None;
     loop {
         let mut line = String::new();
         assert!(stats.read_line(&mut line).unwrap() > 0, "memcached closed the stats connection");
         if line.starts_with("END") {
-            return found.expect("no curr_connections in stats");
+            return found.expect("no total_connections in stats");
         }
-        if let Some(n) = line.strip_prefix("STAT curr_connections ") {
+        if let Some(n) = line.strip_prefix("STAT total_connections ") {
             found = Some(n.trim().parse().unwrap());
         }
     }
@@ -281,6 +329,7 @@ fn curr_connections(stats: &mut BufReader<TcpStream>) -> u64 {
 
 /// 64 checks at once on a limiter of pool size 1 open one connection (the old client's
 /// behaviour, every check queued on it); on one of pool size 8, several and at most 8.
+/// Counted as connections opened, on a server of the test's own.
 async fn concurrent_checks_run_on_several_connections_at_most_the_pool_size(server: Memcached) {
     let mut stats = BufReader::new(TcpStream::connect(&server.addr).unwrap());
     let build = |size| {
@@ -303,21 +352,21 @@ async fn concurrent_checks_run_on_several_connections_at_most_the_pool_size(serv
         }
         tasks
     };
-    let before = curr_connections(&mut stats);
+    let before = total_connections(&mut stats);
     let one = build(1);
     let mut tasks = burst(&one);
     while let Some(by) = tasks.join_next().await {
         assert_eq!(by.unwrap(), DecidedBy::Server);
     }
-    let with_one = curr_connections(&mut stats);
-    assert_eq!(with_one, before + 1, "pool size 1");
+    let with_one = total_connections(&mut stats);
+    assert_eq!(with_one - before, 1, "pool size 1 opened {} connections", with_one - before);
 
     let eight = build(8);
     let mut tasks = burst(&eight);
     while let Some(by) = tasks.join_next().await {
         assert_eq!(by.unwrap(), DecidedBy::Server);
     }
-    let opened = curr_connections(&mut stats) - with_one;
+    let opened = total_connections(&mut stats) - with_one;
     assert!((2..=8).contains(&opened), "pool size 8 opened {opened} connections for 64 checks at once");
     eprintln!("64 checks at once: pool size 1 opened 1 connection, pool size 8 opened {opened}");
     drop((one, eight));
