@@ -8,6 +8,9 @@
 //! * replicas keep hearing each other's units for a key during a spray;
 //! * a client that goes round four replicas, one request at a time, gets the limit once, not
 //!   once per replica (pulls of a key back off only while they find nothing new);
+//! * on a Redis Cluster, each key is its own call, and replicas hear each other;
+//! * a key whose Redis bookkeeping holds another type (so the script fails for every key of
+//!   the call) is dropped and counted, and the keys it shared a call with still sync;
 //! * what waits for a stalled sync stays within `max_keys`, and loses no unit of the keys
 //!   waiting;
 //! * rounds of key sprays beyond `max_keys` leave the heap where the first left it, and the
@@ -33,7 +36,7 @@ use slidegate::redis::{HybridLimiter, RedisLimiter};
 use slidegate::{Limit, ManualClock};
 use support::counting_alloc::{live_bytes, Counting};
 use support::rng::Rng;
-use support::servers::{redis_command, trial, RedisServer};
+use support::servers::{redis_command, trial, Cluster, RedisServer};
 
 /// The memory tests count every heap byte of the process: the trials run one at a time.
 #[global_allocator]
@@ -60,6 +63,18 @@ fn main() -> std::process::ExitCode {
             2,
             || RedisServer::start(&[]),
             a_client_going_round_the_replicas_gets_the_limit_once,
+        ),
+        trial(
+            "replicas_sync_on_a_cluster_one_call_per_key_sent_together",
+            2,
+            Cluster::get,
+            replicas_sync_on_a_cluster_one_call_per_key_sent_together,
+        ),
+        trial(
+            "a_key_redis_refuses_is_dropped_counted_and_spares_its_call_mates",
+            0,
+            || RedisServer::start(&[]),
+            a_key_redis_refuses_is_dropped_counted_and_spares_its_call_mates,
         ),
         trial(
             "a_stalled_sync_keeps_what_waits_within_max_keys",
@@ -376,4 +391,76 @@ async fn a_key_spray_beyond_max_keys_keeps_memory_bounded(server: RedisServer) {
     let _ = b.check(&alice);
     b.sync_now().await;
     assert!(!b.check(&alice).is_allowed(), "b's view holds a's 10 units of alice");
+}
+
+/// On a Cluster a script call may touch one slot only: each key is its own call (sent
+/// together), and the replicas hear each other's units as on one server.
+async fn replicas_sync_on_a_cluster_one_call_per_key_sent_together(cluster: Cluster) {
+    let urls = cluster.urls();
+    let refs: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let clock = ManualClock::new();
+    let prefix = prefix("cluster");
+    let build = || {
+        RedisLimiter::<u64>::builder()
+            .cluster(&refs)
+            .limit(Limit::per_minute(10))
+            .clock(clock.clone())
+            .prefix(&prefix)
+            .sync_interval(Duration::from_secs(3600))
+            .timeout(Duration::from_secs(5))
+            .build_hybrid()
+    };
+    let (a, b) = (build().await.unwrap(), build().await.unwrap());
+    for key in 0..300u64 {
+        for _ in 0..3 {
+            assert!(a.check(&key).is_allowed());
+        }
+        assert!(b.check(&key).is_allowed());
+    }
+    a.sync_now().await;
+    let stats = a.stats();
+    assert_eq!((stats.last_sync_keys, stats.last_sync_calls, stats.owed_units), (300, 300, 0), "{stats:?}");
+    b.sync_now().await;
+    for key in 0..300u64 {
+        assert_eq!(b.local().peek(&key).remaining(), 10 - 3 - 1 - 1, "key {key}");
+    }
+}
+
+/// A key whose `:book` holds another type: its push fails (`WRONGTYPE`), and failed the
+/// whole script call after the keys before it were pushed, which were then pushed again.
+/// The script answers that entry alone; the others sync once, and the refused key's units
+/// are dropped and counted rather than retried at every sync.
+async fn a_key_redis_refuses_is_dropped_counted_and_spares_its_call_mates(server: RedisServer) {
+    let clock = ManualClock::new();
+    let prefix = prefix("poison");
+    let (a, b) = (replica(&server, &prefix, &clock).await, replica(&server, &prefix, &clock).await);
+    let names = RedisLimiter::<u64>::builder()
+        .url(&server.url())
+        .limit(Limit::per_minute(10))
+        .prefix(&prefix)
+        .build()
+        .await
+        .unwrap();
+    let book = format!("{}:book", names.redis_key(&13));
+    assert_eq!(redis_command(server.port, &format!("SET {book} not-a-hash")).as_deref(), Some("+OK\r\n"));
+    for key in 10..20u64 {
+        for _ in 0..2 {
+            assert!(a.check(&key).is_allowed());
+        }
+    }
+    a.sync_now().await;
+    let stats = a.stats();
+    assert_eq!((stats.last_sync_keys, stats.last_sync_calls), (10, 1), "{stats:?}");
+    assert_eq!((stats.keys, stats.owed_units, stats.dropped_units), (9, 0, 2), "{stats:?}");
+    for key in 10..20u64 {
+        let _ = b.check(&key);
+    }
+    b.sync_now().await;
+    for key in 10..20u64 {
+        let seen = 10 - b.local().peek(&key).remaining() - 1;
+        assert_eq!(seen, if key == 13 { 1 } else { 3 }, "key {key}: b's view");
+    }
+    // The next sync does not retry the dropped units.
+    a.sync_now().await;
+    assert_eq!(a.stats().dropped_units, 2);
 }

@@ -29,7 +29,8 @@
 -- admitted, 1 = refused by `limit`, 2 = cost above that limit's max, 3 = an entry error
 -- {3, code, 0, 0, now_ms} that fails this entry alone: code 1 an unknown mode, 2 a cost
 -- that is not a non-negative integer, 3 the windows key holds another type (left as it
--- is). 'push' adds cost to 'n' only and returns {n, now_ms, 0, 0, 0}. 'add' counts cost in
+-- is), or a push's bookkeeping does (or its total would overflow). 'push' adds cost to 'n'
+-- only and returns {n, now_ms, 0, 0, 0}. 'add' counts cost in
 -- every limit without checking (units a fallback admitted while Redis was unreachable)
 -- and returns {0, 0, 0, 0, now_ms}.
 
@@ -216,7 +217,10 @@ local function run(key, book, state, mode, cost, extra)
     if seen > now then now = seen end
   end
   if mode == 'push' then
-    local total = redis.call('HINCRBY', book, 'n', cost)
+    -- pcall: pushes share calls, and an error would end the script after the entries
+    -- before this one were applied, which the caller would then push again.
+    local total = redis.pcall('HINCRBY', book, 'n', cost)
+    if type(total) == 'table' then return reply(3, 3, 0, 0, now) end
     redis.call('PEXPIRE', book, ttl)
     return reply(total, now, 0, 0, 0)
   end

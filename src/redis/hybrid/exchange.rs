@@ -135,23 +135,24 @@ async fn alone(remote: &Arc<Remote>, keys: &[String], picks: &[Pick]) -> (Vec<Ou
     (outcomes, picks.len())
 }
 
-/// The script's push reply for one key, `{n, now_ms, 0, 0, 0}`: `n` is the key's total.
-/// The script's entry error, `{3, code, 0, 0, now_ms}`, is refused for that key alone (the
-/// pushes sent are valid entries, so it does not arise); a reply of any other shape is
-/// retried.
+/// The script's push reply for one key, `{n, now_ms, 0, 0, 0}`: `n` is the key's total. Its
+/// entry error, `{3, code, 0, 0, now_ms}` (a `:book` of another type), refuses that key
+/// alone. Pushes run on the server's time, so `now_ms` is never 0 and the two never meet; a
+/// reply of any other shape is retried.
 fn outcome(reply: &[i64]) -> Outcome {
     match *reply {
+        [3, 1..=4, 0, 0, now] if now > 0 => Outcome::Refused,
         [total, _, 0, 0, 0] => u64::try_from(total).map_or(Outcome::Retry, Outcome::Total),
-        [3, 1..=4, 0, 0, _] => Outcome::Refused,
         _ => Outcome::Retry,
     }
 }
 
-/// Runs `entries` through the script, within the limiter's timeout or [`LEAST_TIMEOUT`].
+/// Runs `entries` through the script, within the limiter's timeout or [`LEAST_TIMEOUT`], on
+/// the server's time (a push reads no window, and its reply is then unambiguous: see
+/// [`outcome`]).
 async fn call(remote: &Remote, entries: &[Entry<'_>]) -> RedisResult<Vec<i64>> {
-    let now = remote.time.now_ms().map_or(String::new(), |ms| ms.to_string());
     let limits = remote.limit_args.len() / 4;
-    let run = remote.script_call(entries, &now, limits, None);
+    let run = remote.script_call(entries, "", limits, None);
     match tokio::time::timeout(remote.timeout.max(LEAST_TIMEOUT), run).await {
         Ok(result) => result,
         Err(_) => {
@@ -169,7 +170,8 @@ mod tests {
         assert_eq!(outcome(&[42, 1_000, 0, 0, 0]), Outcome::Total(42));
         assert_eq!(outcome(&[0, 0, 0, 0, 0]), Outcome::Total(0));
         assert_eq!(outcome(&[-1, 1_000, 0, 0, 0]), Outcome::Retry);
-        assert_eq!(outcome(&[3, 2, 0, 0, 1_000]), Outcome::Refused);
+        assert_eq!(outcome(&[3, 3, 0, 0, 1_000]), Outcome::Refused);
+        assert_eq!(outcome(&[3, 3, 0, 0, 0]), Outcome::Total(3));
         assert_eq!(outcome(&[9, 2, 0, 0, 1_000]), Outcome::Retry);
         assert_eq!(outcome(&[1, 2]), Outcome::Retry);
     }
