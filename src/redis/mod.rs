@@ -719,7 +719,8 @@ where
     /// [`DEFAULT_MAX_KEYS`]): `RedisLimiter`'s [`Fallback::Local`] limiter, and the keys it
     /// owes Redis (at most this many: while that many owe, the fallback refuses other keys
     /// with `Denial::TooManyKeys` rather than admit what it could not record), and
-    /// `HybridLimiter`'s local limiter. A new key beyond it is refused with
+    /// `HybridLimiter`'s local limiter, the keys it syncs and what waits for its next sync
+    /// (see [`HybridLimiter`], *Memory*). A new key beyond it is refused with
     /// `Denial::TooManyKeys`, as [`LimiterBuilder::max_keys`](crate::LimiterBuilder::max_keys)
     /// refuses it; `0` is taken as 1.
     ///
