@@ -5,6 +5,8 @@
 //! * after 20,000 sprayed keys, a sync of a few active keys makes a bounded number of Redis
 //!   calls (counted by the server, not timed), and the active keys' units still reach Redis
 //!   and the other replicas within that sync;
+//! * the background task's early syncs (as soon as `batch` units wait) share their
+//!   interval's budget of keys;
 //! * replicas keep hearing each other's units for a key during a spray;
 //! * a client that goes round four replicas, one request at a time, gets the limit once, not
 //!   once per replica (pulls of a key back off only while they find nothing new);
@@ -51,6 +53,12 @@ fn main() -> std::process::ExitCode {
             2,
             || RedisServer::start(&[]),
             a_sync_after_a_key_spray_makes_a_bounded_number_of_calls,
+        ),
+        trial(
+            "early_syncs_share_their_intervals_budget",
+            2,
+            || RedisServer::start(&[]),
+            early_syncs_share_their_intervals_budget,
         ),
         trial(
             "replicas_hear_each_other_during_a_spray",
@@ -119,8 +127,9 @@ async fn replica(server: &RedisServer, prefix: &str, clock: &ManualClock) -> Hyb
         .limit(Limit::per_minute(10))
         .clock(clock.clone())
         .prefix(prefix)
-        // Syncs are driven below.
+        // Syncs are driven below (no early sync either: `INFO commandstats` counts ours).
         .sync_interval(Duration::from_secs(3600))
+        .batch(u64::MAX)
         .timeout(Duration::from_secs(5))
         .build_hybrid()
         .await
@@ -184,6 +193,38 @@ async fn a_sync_after_a_key_spray_makes_a_bounded_number_of_calls(server: RedisS
     eprintln!("the spray's units all reached Redis after {syncs} more syncs: {stats:?}");
 }
 
+/// Early syncs (here one as soon as a unit waits) come out of their interval's budget: in a
+/// first interval of an hour, the background task pushes at most `SYNC_KEYS` of 20,000
+/// sprayed keys, whatever the number of early syncs; the rest waits for the next interval.
+async fn early_syncs_share_their_intervals_budget(server: RedisServer) {
+    let clock = ManualClock::new();
+    let a = RedisLimiter::<u64>::builder()
+        .url(&server.url())
+        .limit(Limit::per_minute(10))
+        .clock(clock.clone())
+        .prefix(&prefix("early"))
+        .sync_interval(Duration::from_secs(3600))
+        .batch(1)
+        .timeout(Duration::from_secs(5))
+        .build_hybrid()
+        .await
+        .unwrap();
+    redis_command(server.port, "CONFIG RESETSTAT").unwrap();
+    for key in 0..SPRAY {
+        assert!(a.check(&key).is_allowed());
+    }
+    // Ample time for many 5 ms ticks of the background task.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let calls = script_calls(server.port);
+    let stats = a.stats();
+    eprintln!("early syncs in the first second: {calls} script calls; {stats:?}");
+    // Pushed: what neither waits in the queue nor is owed by the keys the syncs took in.
+    let pushed = SPRAY - stats.owed_units - stats.queued as u64;
+    assert!((1..=SYNC_KEYS).contains(&pushed), "{pushed} keys pushed in the first interval: {stats:?}");
+    assert_eq!(stats.keys - stats.owing_keys, pushed as usize, "{stats:?}");
+    assert!(calls >= SYNC_KEYS.div_ceil(KEYS_PER_CALL).min(pushed), "{calls} script calls: {stats:?}");
+}
+
 /// A key both replicas use: while 20,000 sprayed keys wait on `a`, `b`'s units for the
 /// key still reach `a` within a few syncs (pulls are not starved by the spray's pushes).
 async fn replicas_hear_each_other_during_a_spray(server: RedisServer) {
@@ -226,6 +267,7 @@ async fn a_client_going_round_the_replicas_gets_the_limit_once(server: RedisServ
             .clock(clock.clone())
             .prefix(&prefix)
             .sync_interval(Duration::from_secs(3600))
+            .batch(u64::MAX)
             .timeout(Duration::from_secs(5))
             .build_hybrid()
             .await
@@ -407,6 +449,7 @@ async fn replicas_sync_on_a_cluster_one_call_per_key_sent_together(cluster: Clus
             .clock(clock.clone())
             .prefix(&prefix)
             .sync_interval(Duration::from_secs(3600))
+            .batch(u64::MAX)
             .timeout(Duration::from_secs(5))
             .build_hybrid()
     };
