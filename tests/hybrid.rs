@@ -188,7 +188,7 @@ async fn a_sync_after_a_key_spray_makes_a_bounded_number_of_calls(server: RedisS
         a.sync_now().await;
     }
     let stats = a.stats();
-    assert_eq!((stats.owing_keys, stats.queued, stats.dropped_units), (0, 0, 0), "{stats:?}");
+    assert_eq!((stats.owing_keys, stats.pending_units, stats.dropped_units), (0, 0, 0), "{stats:?}");
     assert_eq!(stats.keys as u64, SPRAY + 10, "{stats:?}");
     eprintln!("the spray's units all reached Redis after {syncs} more syncs: {stats:?}");
 }
@@ -219,7 +219,7 @@ async fn early_syncs_share_their_intervals_budget(server: RedisServer) {
     let stats = a.stats();
     eprintln!("early syncs in the first second: {calls} script calls; {stats:?}");
     // Pushed: what neither waits in the queue nor is owed by the keys the syncs took in.
-    let pushed = SPRAY - stats.owed_units - stats.queued as u64;
+    let pushed = SPRAY - stats.owed_units - stats.pending_units;
     assert!((1..=SYNC_KEYS).contains(&pushed), "{pushed} keys pushed in the first interval: {stats:?}");
     assert_eq!(stats.keys - stats.owing_keys, pushed as usize, "{stats:?}");
     assert!(calls >= SYNC_KEYS.div_ceil(KEYS_PER_CALL).min(pushed), "{calls} script calls: {stats:?}");
@@ -331,7 +331,7 @@ async fn a_stalled_sync_keeps_what_waits_within_max_keys(server: RedisServer) {
     eprintln!("{ADMITTED} admissions over 10 keys with no sync: the heap grew by {grown} B");
     assert!(grown < 256 * 1024, "{ADMITTED} admissions waiting for a sync grew the heap by {grown} B");
     let stats = a.stats();
-    assert_eq!((stats.queued, stats.dropped_units), (1000 + 10, 0), "{stats:?}");
+    assert_eq!((stats.pending_units, stats.dropped_units), (ADMITTED, 0), "{stats:?}");
     a.sync_now().await;
     for key in &keys {
         assert!(b.check(key).is_allowed());
@@ -342,7 +342,7 @@ async fn a_stalled_sync_keeps_what_waits_within_max_keys(server: RedisServer) {
         assert_eq!(seen, ADMITTED / 10 + 1, "{key}: b's view holds a's units and its own");
     }
     let stats = a.stats();
-    assert_eq!((stats.queued, stats.owed_units, stats.dropped_units), (0, 0, 0), "{stats:?}");
+    assert_eq!((stats.pending_units, stats.owed_units, stats.dropped_units), (0, 0, 0), "{stats:?}");
 
     // Beyond the side table's max_keys keys, an admission counts locally and is dropped,
     // counted: 100 keys twice (100 queued, 100 summed), then, the local limiter swept, 100
@@ -370,7 +370,7 @@ async fn a_stalled_sync_keeps_what_waits_within_max_keys(server: RedisServer) {
         assert!(c.check_n(&format!("new-{k}"), 3).is_allowed());
     }
     let stats = c.stats();
-    assert_eq!((stats.queued, stats.dropped_units), (200, 300), "{stats:?}");
+    assert_eq!((stats.pending_units, stats.dropped_units), (200, 300), "{stats:?}");
     c.sync_now().await;
     let stats = c.stats();
     assert_eq!((stats.keys, stats.owed_units, stats.dropped_units), (100, 0, 300), "{stats:?}");

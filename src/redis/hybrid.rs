@@ -67,10 +67,10 @@ pub const DEFAULT_SYNC_KEYS: usize = 1024;
 /// [`Denial::TooManyKeys`](crate::Denial::TooManyKeys)); the keys the replica syncs are at
 /// most `max_keys` too (a new one evicts the least recently admitted key that owes
 /// nothing, among the 64 least recent, else the least recently admitted, whose unpushed
-/// units are then dropped). At most `max_keys` admissions wait in the queue for the next
-/// sync; while it is full (the syncs are behind), admissions are summed per key in a side
-/// table of at most `max_keys` keys, behind a mutex, and an admission of a key beyond that
-/// still counts locally but is never pushed. Units that no other replica will hear of are
+/// units are then dropped). At most `max_keys` units (so at most `max_keys` admissions)
+/// wait in the queue for the next sync; while it is full (the syncs are behind), admissions
+/// are summed per key in a side table of at most `max_keys` keys, behind a mutex, and an
+/// admission of a key beyond that still counts locally but is never pushed. Units that no other replica will hear of are
 /// counted in [`SyncStats::dropped_units`].
 pub struct HybridLimiter<K> {
     shared: Arc<Shared<K>>,
@@ -87,9 +87,9 @@ pub struct SyncStats {
     pub owing_keys: usize,
     /// Units admitted here and not yet pushed, as of the last sync.
     pub owed_units: u64,
-    /// Admissions waiting for the next sync: the queue's (at most `max_keys`), and the keys
-    /// in the side table while the queue is full (at most `max_keys`).
-    pub queued: usize,
+    /// Units admitted here and waiting for the next sync, in the queue (at most `max_keys`)
+    /// or, while it is full, in the side table.
+    pub pending_units: u64,
     /// Units admitted here that no other replica will hear of: admitted while the queue
     /// and its side table were full, owed by a key evicted at `max_keys`, or refused by
     /// Redis with an error that retrying cannot change.
@@ -112,9 +112,9 @@ struct Shared<K> {
     local: Limiter<K>,
     remote: Arc<Remote>,
     queue: SegQueue<(K, u64)>,
-    /// Entries in `queue` (at most `max_keys`) and the units waiting (an early sync's
-    /// trigger).
-    queued: AtomicUsize,
+    /// The units waiting, in `queue` and `spill`: the queue takes an admission only while
+    /// they stay within `max_keys` (so it holds at most that many entries), and their
+    /// number triggers early syncs.
     pending: AtomicU64,
     /// While the queue is full: the units admitted per key (at most `max_keys` keys), and
     /// whether it holds any (so that a sync skips its lock otherwise).
@@ -126,6 +126,8 @@ struct Shared<K> {
     /// Keys not admitted here for this long are no longer synced.
     forget_after: Duration,
     max_keys: usize,
+    /// `max_keys`, as a count of units.
+    max_units: u64,
     sync_keys: usize,
     /// The last sync's figures for [`SyncStats`] (each on its own: Relaxed).
     known: AtomicUsize,
@@ -162,7 +164,6 @@ where
             local,
             remote,
             queue: SegQueue::new(),
-            queued: AtomicUsize::new(0),
             pending: AtomicU64::new(0),
             spill: Mutex::new(HashMap::new()),
             spilled: AtomicBool::new(false),
@@ -170,6 +171,7 @@ where
             book: tokio::sync::Mutex::new(Book::new(max_keys)),
             forget_after,
             max_keys: max_keys.max(1),
+            max_units: u64::try_from(max_keys.max(1)).unwrap_or(u64::MAX),
             sync_keys: sync_keys.max(1),
             known: AtomicUsize::new(0),
             owing_keys: AtomicUsize::new(0),
@@ -290,7 +292,7 @@ where
             keys: s.known.load(Ordering::Relaxed),
             owing_keys: s.owing_keys.load(Ordering::Relaxed),
             owed_units: s.owed_units.load(Ordering::Relaxed),
-            queued: s.queued.load(Ordering::Relaxed).saturating_add(s.spill_len()),
+            pending_units: s.pending.load(Ordering::Relaxed),
             dropped_units: s.dropped.load(Ordering::Relaxed),
             last_sync_keys: s.last_keys.load(Ordering::Relaxed),
             last_sync_calls: s.last_calls.load(Ordering::Relaxed),
@@ -302,42 +304,31 @@ impl<K> Shared<K>
 where
     K: Hash + Eq + Clone + Send + Sync + fmt::Display + 'static,
 {
-    /// Queues an admission for the next sync; when `max_keys` admissions already wait,
-    /// adds it to its key's sum in the side table, or counts it as dropped when that holds
-    /// `max_keys` other keys.
+    /// Queues an admission for the next sync; when that would put more than `max_keys`
+    /// units in waiting, adds it to its key's sum in the side table, or counts it as dropped
+    /// when that holds `max_keys` other keys.
     fn enqueue(&self, key: &K, cost: u64) {
-        // Relaxed: the counts only bound the queue and trigger early syncs. Both are raised
-        // before the push, and the sync lowers them after its pop, which the queue orders
-        // after the push: they never go below zero.
-        if self.queued.fetch_add(1, Ordering::Relaxed) < self.max_keys {
-            self.pending.fetch_add(cost, Ordering::Relaxed);
+        // Relaxed: the count only bounds the queue and triggers early syncs. It is raised
+        // before the push (or the spill), and the sync lowers it after its pop (or its take),
+        // which the queue (or the lock) orders after: it never goes below zero.
+        let waiting = self.pending.fetch_add(cost, Ordering::Relaxed).saturating_add(cost);
+        if waiting <= self.max_units {
             self.queue.push((key.clone(), cost));
             return;
         }
-        self.queued.fetch_sub(1, Ordering::Relaxed);
         let mut spill = self.spill.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(units) = spill.get_mut(key) {
             *units = units.saturating_add(cost);
         } else if spill.len() < self.max_keys {
             spill.insert(key.clone(), cost);
         } else {
+            self.pending.fetch_sub(cost, Ordering::Relaxed);
             self.dropped.fetch_add(cost, Ordering::Relaxed);
             return;
         }
         // Relaxed: under the lock, which orders it with the sync's take (the flag only
         // spares the sync the lock when nothing spilled).
         self.spilled.store(true, Ordering::Relaxed);
-        self.pending.fetch_add(cost, Ordering::Relaxed);
-    }
-
-    /// Keys in the side table.
-    fn spill_len(&self) -> usize {
-        // Relaxed: see `enqueue`.
-        if self.spilled.load(Ordering::Relaxed) {
-            self.spill.lock().map_or(0, |spill| spill.len())
-        } else {
-            0
-        }
     }
 
     /// What waits for the sync, into `book`: the queue, then the side table. Returns the
@@ -346,7 +337,6 @@ where
         let mut dropped = 0u64;
         while let Some((key, cost)) = self.queue.pop() {
             // Relaxed: see `enqueue`.
-            self.queued.fetch_sub(1, Ordering::Relaxed);
             self.pending.fetch_sub(cost, Ordering::Relaxed);
             dropped = dropped.saturating_add(book.admit(&key, cost, now));
         }
