@@ -13,6 +13,8 @@
 //! * on a Redis Cluster, each key is its own call, and replicas hear each other;
 //! * a key whose Redis bookkeeping holds another type (so the script fails for every key of
 //!   the call) is dropped and counted, and the keys it shared a call with still sync;
+//! * while Redis is away a replica keeps admitting, owes its units per key, and pushes them
+//!   all once Redis is back;
 //! * what waits for a stalled sync stays within `max_keys`, and loses no unit of the keys
 //!   waiting;
 //! * rounds of key sprays beyond `max_keys` leave the heap where the first left it, and the
@@ -83,6 +85,12 @@ fn main() -> std::process::ExitCode {
             0,
             || RedisServer::start(&[]),
             a_key_redis_refuses_is_dropped_counted_and_spares_its_call_mates,
+        ),
+        trial(
+            "while_redis_is_away_units_are_owed_per_key_and_all_arrive_when_it_is_back",
+            0,
+            || RedisServer::start(&[]),
+            while_redis_is_away_units_are_owed_per_key_and_all_arrive_when_it_is_back,
         ),
         trial(
             "a_stalled_sync_keeps_what_waits_within_max_keys",
@@ -506,4 +514,49 @@ async fn a_key_redis_refuses_is_dropped_counted_and_spares_its_call_mates(server
     // The next sync does not retry the dropped units.
     a.sync_now().await;
     assert_eq!(a.stats().dropped_units, 2);
+}
+
+/// Redis stopped: syncs fail (the first call of each ends it), the replica keeps admitting
+/// locally and owes its units per key; once Redis is back (its data on disk), every owed
+/// unit arrives, and the other replica hears of them.
+async fn while_redis_is_away_units_are_owed_per_key_and_all_arrive_when_it_is_back(mut server: RedisServer) {
+    let clock = ManualClock::new();
+    let prefix = prefix("away");
+    let (a, b) = (replica(&server, &prefix, &clock).await, replica(&server, &prefix, &clock).await);
+    for key in 0..3u64 {
+        for _ in 0..2 {
+            assert!(a.check(&key).is_allowed());
+        }
+    }
+    server.stop();
+    a.sync_now().await;
+    let stats = a.stats();
+    assert_eq!((stats.owing_keys, stats.owed_units, stats.dropped_units), (3, 6, 0), "{stats:?}");
+    assert!(stats.last_sync_calls <= 1, "{stats:?}");
+    for key in 0..3u64 {
+        assert!(a.check(&key).is_allowed());
+    }
+    a.sync_now().await;
+    assert_eq!(a.stats().owed_units, 9, "{:?}", a.stats());
+    assert!(server.restart(), "Redis did not come back");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while a.stats().owed_units > 0 {
+        assert!(Instant::now() < deadline, "owed units never arrived: {:?}", a.stats());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        a.sync_now().await;
+    }
+    assert_eq!(a.stats().dropped_units, 0);
+    for key in 0..3u64 {
+        let _ = b.check(&key);
+    }
+    // `b` reconnects too: its first sync may find the connection still down.
+    b.sync_now().await;
+    while b.stats().owed_units > 0 {
+        assert!(Instant::now() < deadline, "b never synced: {:?}", b.stats());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        b.sync_now().await;
+    }
+    for key in 0..3u64 {
+        assert_eq!(10 - b.local().peek(&key).remaining() - 1, 3 + 1, "key {key}: b's view");
+    }
 }
