@@ -2,6 +2,28 @@
 //! clock) of the next unit if units arrived exactly at the sustained rate. Admitting `cost`
 //! moves it to `max(TAT, now) + cost × interval`, allowed while that stays within `burst`
 //! (= `max × interval`) of `now`. An admission is one CAS; a refusal writes nothing.
+//!
+//! # Rollback
+//! A check of several limits (or keys) that commits here and then finds a later limit full
+//! takes its commit back (`Counter::rollback`) by restoring the TAT it saw, and only
+//! while the word still holds the TAT its commit wrote; otherwise its units stay counted
+//! (conservative: until they drain, the key may be refused where an exact count would
+//! admit; it is never admitted beyond its limit). Subtracting `cost × interval` instead would be wrong: a
+//! commit at a clock past the TAT first moves the TAT up to that clock, so after a later
+//! check's commit the TAT no longer holds ours as `cost × interval` on top of the rest
+//! (`loom-tests/tests/gcra_rollback.rs`: two checks on either side of one interval).
+//!
+//! Why the restore is exact. Every commit maps the word's value `v` to `max(v, now) +
+//! cost × interval`, strictly above `v` (cost and interval are at least 1, and a check's
+//! TAT is at most `now + burst`, far below the saturation at `u64::MAX`), and a rollback
+//! only ever restores the value its commit replaced. So the word always equals the TAT of
+//! the commits not rolled back, applied in the word's modification order: true initially,
+//! kept by a commit (it applies itself on top), and by a rollback, because the word holds
+//! our commit's value only while ours is the last commit not rolled back (a later one would
+//! have put the word strictly above it, and only its own rollback can take that back), and
+//! then the value our commit replaced is the TAT of the commits before it, none of which can
+//! have been rolled back while ours stood on top of them. A value that recurs (ABA) is
+//! harmless: the argument is about the value, not about who wrote it.
 
 use crate::layout::{set, Rule};
 use crate::limit::MAX_UNITS;
@@ -63,33 +85,30 @@ impl Counter for Gcra {
     }
     #[inline]
     fn commit(state: &KeyState, rule: &Rule, view: &View, cost: u64) -> bool {
-        // The word's modification order alone orders admissions. Acquire pairs with the
-        // RMWs of `KeyState::migrate` (a policy change), which must win or see this commit.
+        // The word's modification order alone orders admissions: nothing but the word is
+        // read or published with it, so no Release is needed, on x86, ARM or loom alike.
+        // Acquire pairs with the AcqRel RMW of `KeyState::migrate` (a policy change) when
+        // this CAS reads its value: the retirement swapped into `touched` before that RMW
+        // then happens-before this check's SeqCst re-read of `touched`, which sees it and
+        // starts over. When this CAS comes first in the word's modification order, the RMW
+        // reads its value (an RMW reads the latest value), so the move carries our units.
         state
             .word(rule.at())
             .compare_exchange(view.seen, view.after(rule, cost), Ordering::Acquire, Ordering::Relaxed)
             .is_ok()
     }
-    fn rollback(state: &KeyState, rule: &Rule, _: &View, cost: u64) {
-        // Moves the TAT back by what the commit added, whatever was admitted after it: a
-        // later admission's TAT is ours plus its own cost, unless its clock had already
-        // passed our TAT (the check stalled for a whole interval between its commit and
-        // this rollback), in which case this frees up to `cost` units early. With one clock
-        // reading shared by the racing checks it is exact.
-        let back = cost.saturating_mul(rule.interval);
-        let cell = state.word(rule.at());
-        let mut cur = cell.load(Ordering::Relaxed);
-        loop {
-            match cell.compare_exchange_weak(
-                cur,
-                cur.saturating_sub(back),
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return,
-                Err(seen) => cur = seen,
-            }
-        }
+    fn rollback(state: &KeyState, rule: &Rule, view: &View, cost: u64) {
+        // Back to the TAT our commit replaced, only while the word holds the TAT our commit
+        // wrote (see the module docs); else our units stay counted. Relaxed: the argument
+        // is about the word's values alone, and nothing else is read or published with it.
+        // A move to another policy that read the word before this CAS carries our units
+        // (conservative); one that reads it after sees the restored value.
+        let _ = state.word(rule.at()).compare_exchange(
+            view.after(rule, cost),
+            view.seen,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
     }
     #[inline]
     #[allow(
