@@ -62,16 +62,30 @@ impl Counter for Fixed {
     #[allow(clippy::arithmetic_side_effects, reason = "a 32-bit count plus a cost ≤ MOST")]
     fn commit(state: &KeyState, rule: &Rule, view: &View, cost: u64) -> bool {
         let next = pack(view.slot, view.current + cost);
-        // The word's modification order alone orders admissions. Acquire pairs with the
-        // RMWs of `KeyState::migrate` (a policy change), which must win or see this commit.
+        // The word's modification order alone orders admissions: the word is the limit's
+        // whole state, and nothing else is read or published with it, so no Release is
+        // needed, on x86, ARM or loom alike. A view that adopts a later window from the
+        // tag (`view`) relies on nothing but the tag itself: the window's count is in the
+        // same word. Acquire pairs with the AcqRel RMW of `KeyState::migrate` (a policy
+        // change) when this CAS reads its value: the retirement swapped into `touched`
+        // before that RMW then happens-before this check's SeqCst re-read of `touched`,
+        // which sees it and starts over. When this CAS comes first in the word's
+        // modification order, the RMW reads its value, so the move carries our units.
         state.word(rule.at()).compare_exchange(view.seen, next, Ordering::Acquire, Ordering::Relaxed).is_ok()
     }
+    /// Takes `cost` back out of the window the commit counted in. Exact: counts add up in
+    /// any order, and a window's tag never comes back once the word has moved on. Once the
+    /// window has passed its units no longer count, and there is nothing to take back. A
+    /// count saturated at 2³²−1 (`record`) no longer says how many units it holds: it stays
+    /// saturated (conservative).
     fn rollback(state: &KeyState, rule: &Rule, view: &View, cost: u64) {
         let cell = state.word(rule.at());
+        // Relaxed: the count alone is the state (see `commit`).
         let mut cur = cell.load(Ordering::Relaxed);
-        // Once the window has passed, its units no longer count: nothing to take back.
-        while tag_of(cur) == view.slot as u32 {
+        while tag_of(cur) == view.slot as u32 && count_of(cur) < MAX_UNITS {
             let next = pack(view.slot, count_of(cur).saturating_sub(cost));
+            // Relaxed: as the load. A move to another policy that read the word before
+            // this CAS carries our units (conservative); one after it sees them gone.
             match cell.compare_exchange_weak(cur, next, Ordering::Relaxed, Ordering::Relaxed) {
                 Ok(_) => return,
                 Err(seen) => cur = seen,

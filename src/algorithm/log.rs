@@ -228,6 +228,11 @@ impl Counter for Log {
         });
         Log::replace(state, rule, view.seen, next)
     }
+    /// Takes our `cost` entries out of the snapshot. Exact while the log holds fewer than
+    /// `MOST` entries: entries with one stamp are interchangeable, and they leave the
+    /// window (and the log) together. A log at `MOST` entries may have dropped its oldest
+    /// (`commit` keeps the newest `MOST`), ours among them, and then the entries at our
+    /// stamp may be another check's: it stays as it is (conservative).
     fn rollback(state: &KeyState, rule: &Rule, view: &View, cost: u64) {
         loop {
             // Acquire: as in `view`.
@@ -237,6 +242,9 @@ impl Counter for Log {
             }
             // SAFETY: loaded just above, under the check's pin.
             let entries = unsafe { entries(cur) };
+            if entries.len() as u64 >= Log::MOST {
+                return;
+            }
             // Our units are `cost` entries equal to our stamp (any entries with that time
             // are interchangeable); some may have left the window and been dropped already.
             let from = entries.partition_point(|&t| t < view.stamp);

@@ -586,15 +586,22 @@ impl KeyState<'_> {
     }
 
     /// Takes back `cost` units committed to `slot` by a check that then failed on a later
-    /// limit. If the slot has closed meanwhile the units stay (see the module docs).
+    /// limit: exact while the slot is open (counts add up in any order, and a slot's tag
+    /// never comes back once `cur` has moved on). If the slot has closed meanwhile the
+    /// units stay (see the module docs). A count saturated at 2³²−1 (`record`) no longer
+    /// says how many units it holds: it stays saturated (conservative).
     fn rollback(&self, rule: &Rule, slot: u64, cost: u64) {
         let cell = self.word(rule.at);
+        // Relaxed: what this reads is only compared, never used to read other words.
         let mut cur = cell.load(Ordering::Relaxed);
-        while tag_of(cur) == slot as u32 {
+        while tag_of(cur) == slot as u32 && count_of(cur) < MAX_UNITS {
             let next = pack(slot, count_of(cur).saturating_sub(cost));
-            // Release: continues the release sequence of the commit it undoes, so the
-            // history that commit published stays visible to readers of this value.
-            match cell.compare_exchange_weak(cur, next, Ordering::Release, Ordering::Relaxed) {
+            // Relaxed: this publishes nothing of its own. A reader's Acquire load of the
+            // value it writes still synchronizes with the commit that moved `cur` to this
+            // slot, and sees the history that commit wrote: an RMW of any ordering
+            // continues the release sequences before it (C++20's rule, which Rust's model
+            // is, on x86, ARM and every target; loom's RMWs carry them on too).
+            match cell.compare_exchange_weak(cur, next, Ordering::Relaxed, Ordering::Relaxed) {
                 Ok(_) => return,
                 Err(seen) => cur = seen,
             }
