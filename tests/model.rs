@@ -24,6 +24,7 @@ use slidegate::{Algorithm, Limit};
 mod support {
     pub mod model;
 }
+use slidegate::Carry;
 use support::model::{
     densest, wrap_points, Op, Rule, ALGORITHMS, FINE_LIMITS, LIMITS, MAX_TIME, NS_PER_MS, NS_PER_S,
 };
@@ -104,6 +105,59 @@ fn uptime_limits() -> impl Strategy<Value = Vec<Limit>> {
     })
 }
 
+/// Limits for the cases of records and policy changes: `max` on either side of each ring
+/// entry width (254/255, 65,534/65,535), windows and precisions that change under a carry.
+const CHANGE_LIMITS: [&str; 12] = [
+    "100/10s@250ms",
+    "247/10s@250ms",
+    "266/10s@250ms",
+    "1000/100ms",
+    "1000/100ms@10ms",
+    "3/s",
+    "254/2s@500ms",
+    "255/2s@500ms",
+    "65534/s@250ms",
+    "65535/s@250ms",
+    "5/2s@500ms",
+    "300/10s@1s",
+];
+
+/// One to two limits from [`CHANGE_LIMITS`], each strict or not.
+fn change_limits() -> impl Strategy<Value = Vec<Limit>> {
+    prop::collection::vec((prop::sample::select(CHANGE_LIMITS.to_vec()), any::<bool>()), 1..=2).prop_map(
+        |picked| {
+            picked
+                .into_iter()
+                .map(|(text, strict)| {
+                    let text = if strict { format!("{text} strict") } else { text.to_owned() };
+                    text.parse().unwrap()
+                })
+                .collect()
+        },
+    )
+}
+
+/// Units recorded: a few, around each entry width, and far beyond every one.
+fn record_cost() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        3 => 0u64..=20,
+        2 => 240u64..=300,
+        1 => 65_500u64..=65_600,
+        2 => Just(u64::from(u32::MAX)),
+        1 => Just(u64::MAX),
+    ]
+}
+
+/// [`op`], records, and `update_policy` to new limits with either carry.
+fn change_op() -> impl Strategy<Value = Op> {
+    let carry = prop_oneof![Just(Carry::Conservative), Just(Carry::Reset)];
+    prop_oneof![
+        12 => op(),
+        4 => (0usize..3, record_cost()).prop_map(|(key, cost)| Op::Record { key, cost }),
+        2 => (change_limits(), carry).prop_map(|(limits, carry)| Op::UpdatePolicy { limits, carry }),
+    ]
+}
+
 /// Where a long-uptime case starts: a little before one of the case's [`wrap_points`]
 /// (picked by the index), or anywhere up to 2⁶².
 #[derive(Debug, Clone)]
@@ -179,6 +233,22 @@ proptest! {
         ops in prop::collection::vec(tier_op(), 1..200),
     ) {
         run(algorithm, &limits, true, keys, &ops, 0)?;
+    }
+
+    /// `record` (units beyond a ring entry's width saturate its slot, which then counts as
+    /// full until it leaves the window), `update_policy` (`max` across entry widths, which
+    /// re-encodes each key's ring, or new windows and precisions carried with either
+    /// `Carry`) and checks, together: every decision matches the model, which knows which
+    /// slot each limit holds open and which it closed saturated. The sliding and fixed
+    /// windows (whose carries the model follows exactly).
+    #[test]
+    fn records_and_policy_changes_match_the_model(
+        algorithm in prop::sample::select(vec![Algorithm::SlidingWindow, Algorithm::FixedWindow]),
+        limits in change_limits(),
+        keys in 1usize..=3,
+        ops in prop::collection::vec(change_op(), 1..150),
+    ) {
+        run(algorithm, &limits, false, keys, &ops, 0)?;
     }
 
     /// Long uptimes: the same cases, starting near the points where the 32-bit slot tags
@@ -270,5 +340,37 @@ fn sequences_across_the_slot_tag_wrap_match_the_model() {
                     .unwrap_or_else(|e| panic!("{algorithm:?} from {start} ns: {e}"));
             }
         }
+    }
+}
+
+/// The cases that found a saturated slot forgotten, through the same harness: a slot
+/// recorded past its 8-bit entries (2³²−1 units at 0 s, closed by 4 more at 0.25 s), then a
+/// `max` that needs 16-bit entries, one limit or two; and the same state carried into a new
+/// precision. The saturated slot must refuse everything until it leaves the window.
+#[test]
+fn a_saturated_slot_survives_a_wider_ring_and_a_carry_in_the_model() {
+    let limits = |texts: &[&str]| texts.iter().map(|t| t.parse().unwrap()).collect::<Vec<Limit>>();
+    for (before, after) in [
+        (&["100/10s@250ms strict"][..], &["266/10s@250ms strict"][..]),
+        (&["1000/100ms", "100/10s@250ms strict"][..], &["1000/100ms", "266/10s@250ms strict"][..]),
+        (&["100/10s@250ms strict"][..], &["1000/100ms@10ms"][..]),
+    ] {
+        let narrow: Vec<String> = before.iter().map(|l| l.replace("100/10s", "247/10s")).collect();
+        let narrow: Vec<&str> = narrow.iter().map(String::as_str).collect();
+        let mut ops = vec![
+            Op::UpdatePolicy { limits: limits(&narrow), carry: Carry::Conservative },
+            Op::Record { key: 0, cost: u64::from(u32::MAX) },
+            Op::Advance(250 * NS_PER_MS),
+            Op::Record { key: 0, cost: 4 },
+            Op::UpdatePolicy { limits: limits(after), carry: Carry::Conservative },
+            Op::Check { key: 0, cost: 0, times: 1 },
+            Op::Check { key: 0, cost: 1, times: 1 },
+        ];
+        for _ in 0..12 {
+            ops.push(Op::Advance(997 * NS_PER_MS));
+            ops.push(Op::Check { key: 0, cost: 1, times: 2 });
+        }
+        run(Algorithm::SlidingWindow, &limits(before), false, 1, &ops, 0)
+            .unwrap_or_else(|e| panic!("{before:?} -> {after:?}: {e}"));
     }
 }

@@ -842,3 +842,64 @@ fn a_move_between_policies_of_different_entry_widths_is_exact() {
         assert_eq!(held(&limiter, 1, 50_000), left, "at {at} s");
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// A saturated slot stays saturated through every re-encoding and carry: a slot that took
+// more units than its ring entry holds (`record`) counts as full until it leaves the
+// window, whatever the key's policy becomes (the property test `records_and_policy_changes
+// _match_the_model` in tests/model.rs found each case).
+// ---------------------------------------------------------------------------------------
+
+/// A key of one policy "p" = `limits`, with 2³²−1 units recorded at 0 s and 4 at 0.25 s (so
+/// that slot 0 of the 250 ms-slotted limit is closed, saturated, into a ring of 8-bit
+/// entries), the clock left at 0.25 s.
+fn saturated_at_0(limits: &[&str], clock: &ManualClock) -> Limiter<u64> {
+    let limiter = single(Algorithm::SlidingWindow, limits, clock);
+    let _ = limiter.record(&1, u64::from(u32::MAX));
+    clock.set(ms(250));
+    let _ = limiter.record(&1, 4);
+    limiter
+}
+
+#[test]
+fn a_saturated_slot_stays_full_when_its_ring_is_widened() {
+    for (before, after, refusing) in [
+        (&["100/10s@250ms strict"][..], &["266/10s@250ms strict"][..], 0),
+        (&["1000/100ms", "100/10s@250ms strict"][..], &["1000/100ms", "266/10s@250ms strict"][..], 1),
+    ] {
+        let clock = ManualClock::new();
+        let limiter = saturated_at_0(before, &clock);
+        // 247 keeps 8-bit entries; 266 needs 16-bit ones: the next check re-encodes the ring.
+        let narrow: Vec<String> = before.iter().map(|l| l.replace("100/10s", "247/10s")).collect();
+        let narrow: Vec<&str> = narrow.iter().map(String::as_str).collect();
+        limiter.update_policy("p", config(&narrow), Carry::Reset).unwrap();
+        assert_eq!(limiter.check_n(&1, 0).denial(), Some(Denial::Limit(refusing)), "{before:?}");
+        limiter.update_policy("p", config(after), Carry::Reset).unwrap();
+        // Slot 0 [0, 0.25 s) is saturated: a strict 10 s window counts it until 10.25 s.
+        let d = limiter.check_n(&1, 0);
+        assert_eq!((d.denial(), d.remaining()), (Some(Denial::Limit(refusing)), 0), "{after:?}: {d:?}");
+        assert_eq!(d.retry_after(), Some(secs(10)), "{after:?}");
+        clock.set(ms(10_249));
+        assert!(!limiter.check(&1).is_allowed(), "{after:?}: slot 0 still in the window");
+        clock.set(ms(10_250));
+        assert!(limiter.check(&1).is_allowed(), "{after:?}: slot 0 has left the window");
+    }
+}
+
+#[test]
+fn a_saturated_slot_carried_into_a_new_precision_stays_full_for_the_new_window() {
+    let clock = ManualClock::new();
+    let limiter = saturated_at_0(&["100/10s@250ms strict"], &clock);
+    // Everything the key is known to have used (more than 2³²−1 units) is recorded as used
+    // at 0.25 s in the new limit: its slot [250 ms, 260 ms) saturates, and counts as full
+    // until it leaves the 100 ms window (interpolated: once it is no longer the oldest
+    // slot, at 360 ms).
+    limiter.update_policy("p", config(&["1000/100ms@10ms"]), Carry::Conservative).unwrap();
+    let d = limiter.check(&1);
+    assert_eq!((d.denial(), d.remaining()), (Some(Denial::Limit(0)), 0), "{d:?}");
+    assert_eq!(d.retry_after(), Some(ms(110)));
+    clock.set(ms(359));
+    assert!(!limiter.check(&1).is_allowed());
+    clock.set(ms(360));
+    assert!(limiter.check(&1).is_allowed());
+}

@@ -44,13 +44,20 @@
 //! of 8-bit and of 16-bit counts.
 //!
 //! # Saturation
-//! A check admits at most `max` units into a slot, so a narrow entry (width above `max`)
-//! always holds a slot's exact count. Only `record` or a carry between policies can put
-//! more into a slot; its entry then saturates, counts its width (above `max`: the window
-//! is full) while it is wholly inside the window, and as the oldest, partly covered slot
-//! weighs more than `max` until it has left (`as_oldest`). Decisions are then conservative:
-//! never an admission the exact count would refuse, never a `retry_after` too early
-//! (`tests/contract.rs`).
+//! A check admits at most `max` units into a slot, so an entry (whose width is above
+//! `max`) always holds a slot's exact count. Only `record` or a carry between policies can
+//! put more into a slot: closed, its entry then saturates at its width (`saturated`), and
+//! counts as full until the slot has left the window: its width (above `max`) while it is
+//! wholly inside, more than `max` as the oldest, partly covered slot (`as_oldest`). The
+//! slot `cur` holds keeps its exact count up to 2³²−1, where it saturates too (a count of
+//! 2³²−1 may stand for more: `record`'s cost is clamped there). A saturated slot stays
+//! saturated: a `sum` that adds one in is marked saturated (the ring is then added up, so
+//! a view knows), a ring re-encoded into wider entries (`reencode`) keeps it saturated at
+//! the new width, and what a key is known to have used (`used`, carried into a new layout)
+//! is everything there is. Decisions are then conservative: never an admission the exact
+//! count would refuse, never a `retry_after` too early (`tests/contract.rs`,
+//! `tests/model.rs`). A limit of `max` 2³²−1 has entries no wider than `max`: its counts
+//! saturate at 2³²−1 and read as exactly that.
 
 use crate::layout::{count_of, pack, set, tag_distance, tag_of, Rule};
 use crate::limit::MAX_UNITS;
@@ -58,7 +65,8 @@ use crate::protocol::{Counter, KeyState};
 use crate::sync::Ordering;
 
 /// A `sum` word's count once the units over a window no longer fit 32 bits (`pack`
-/// saturates): the sum is then added up from the ring, which holds every slot's count.
+/// saturates), or once a saturated slot is among them: the sum is then added up from the
+/// ring, which holds every slot's count and says which saturated.
 const SUM_SATURATED: u64 = u32::MAX as u64;
 
 /// The count slot `cur` holds as the ring will keep it once closed: at most a ring entry's
@@ -68,14 +76,30 @@ fn closed_count(rule: &Rule, cur: u64) -> u64 {
     count_of(cur).min(rule.entry_most)
 }
 
+/// Whether a closed slot's entry of `count` units is saturated: it took at least as many
+/// units as its entry holds, more than `max` (only `record` or a carry can do that), so it
+/// no longer says how many (module docs).
+#[inline]
+fn saturated(rule: &Rule, count: u64) -> bool {
+    count >= rule.entry_most && rule.entry_most > rule.max
+}
+
+/// Whether `cur`'s count (the open slot's, exact up to 2³²−1) is saturated.
+#[inline]
+fn current_saturated(rule: &Rule, count: u64) -> bool {
+    count >= MAX_UNITS && MAX_UNITS > rule.max
+}
+
 /// What a closed slot of `count` units weighs as the oldest, partly covered slot: its
-/// count, except that a saturated narrow entry (a slot that took more units than its entry
-/// holds, which only `record` or a carry can do) weighs more than `max` until the slot has
-/// wholly left the window. Conservative: never less than the units it stands for.
+/// count, except that a saturated entry weighs more than `max` until the slot has wholly
+/// left the window (`max × precision + 1`: more than `max` at any weight of at least 1 ns
+/// in `precision`), and more than any entry holds, so that a view's `oldest` above
+/// `entry_most` says it is saturated (`View::used`). Conservative: never less than the
+/// units it stands for.
 #[inline]
 fn as_oldest(rule: &Rule, count: u64) -> u64 {
-    if rule.entries_log > 0 && count >= rule.entry_most {
-        rule.max.saturating_mul(rule.precision).saturating_add(1)
+    if saturated(rule, count) {
+        rule.max.saturating_mul(rule.precision).saturating_add(1).max(rule.entry_most.saturating_add(1))
     } else {
         count
     }
@@ -133,6 +157,9 @@ pub(crate) struct View {
     current: u64,
     full: u64,
     oldest: u64,
+    /// A saturated slot is among the closed ones wholly inside the window (`full` counts
+    /// its entry's width; a `sum` written from this view is marked saturated).
+    saturated: bool,
     /// The key is expired: every count is zero.
     expired: bool,
 }
@@ -190,8 +217,16 @@ impl View {
     }
 
     /// Units in the window, not capped at `max` (a state can hold more: `record`, or units
-    /// carried over from a policy with a larger `max`).
+    /// carried over from a policy with a larger `max`). With a saturated slot in the window
+    /// (a closed one wholly inside, the oldest, or the open one at 2³²−1) the count is
+    /// unknown: everything there is, `u64::MAX` (a carry clamps it to what a slot holds,
+    /// which saturates the slot it is carried into).
     fn used(&self, rule: &Rule) -> u64 {
+        // `as_oldest` weighs a saturated oldest slot, and only a saturated one, above any
+        // entry's width.
+        if self.saturated || self.oldest > rule.entry_most || current_saturated(rule, self.current) {
+            return u64::MAX;
+        }
         let whole = self.current.saturating_add(self.full);
         if self.oldest == 0 {
             return whole;
@@ -288,9 +323,10 @@ impl Counter for Sliding {
 impl Sliding {
     /// Copies limit `a`'s counters in `old` (a retired state's words, read with the retire
     /// protocol) into limit `b`'s place in `new`, where `b` counts the same window with ring
-    /// entries of another width: `cur` and `sum` as they are, and every slot the ring holds
-    /// re-encoded at its position. Exact when `b`'s entries are at least as wide (the only
-    /// case a limiter produces: its entries only widen).
+    /// entries of another width: `cur` and `sum` as they are (a `sum` with a saturated slot
+    /// in it is marked saturated already), and every slot the ring holds re-encoded at its
+    /// position, a saturated one saturated at `b`'s width. Exact when `b`'s entries are at
+    /// least as wide (the only case a limiter produces: its entries only widen).
     pub(crate) fn reencode(a: &Rule, b: &Rule, old: &[u64], new: &mut [u64], now: u64) {
         let word = |at: usize| old.get(at).copied().unwrap_or(0);
         let cur = word(a.at);
@@ -305,6 +341,8 @@ impl Sliding {
         for slot in held.saturating_sub(a.ring)..held {
             let (from, shift) = a.position(slot);
             let units = match read_entry(a, word(from), slot, shift) {
+                // A saturated entry stays saturated at the new width (module docs).
+                Hist::Count(units) if saturated(a, units) => b.entry_most,
                 Hist::Count(units) => units,
                 Hist::Newer(_) => 0,
             };
@@ -340,7 +378,7 @@ impl KeyState<'_> {
                 tag_of(sum) == slot as u32 && count_of(sum) != SUM_SATURATED,
             ) {
                 let (current, full, oldest) = (count_of(seen), count_of(sum), as_oldest(rule, oldest));
-                return View { slot, elapsed, seen, current, full, oldest, expired };
+                return View { slot, elapsed, seen, current, full, oldest, saturated: false, expired };
             }
         }
         self.view_slow(rule, slot, elapsed, seen)
@@ -383,14 +421,16 @@ impl KeyState<'_> {
                 // Relaxed: ordered by the Acquire load of `cur` in `view`.
                 let sum = self.word(at).load(Ordering::Relaxed);
                 match tag_distance(tag_of(sum), slot as u32) {
-                    // A saturated sum (more than 2³²−1 units recorded over the window) no
-                    // longer says how many: add the ring up instead.
-                    0 if count_of(sum) == SUM_SATURATED => view.full = self.closed_units(rule, &view)?,
+                    // A saturated sum (more than 2³²−1 units over the window, or a saturated
+                    // slot in it) no longer says how many: add the ring up instead.
+                    0 if count_of(sum) == SUM_SATURATED => {
+                        (view.full, view.saturated) = self.closed_units(rule, &view)?;
+                    }
                     0 => view.full = count_of(sum),
                     d if d > 0 => return Err(slot + d as u64),
                     // Never written for this slot (cannot happen after `reset`/`commit`,
                     // which write it before `cur`): add the ring up instead.
-                    _ => view.full = self.closed_units(rule, &view)?,
+                    _ => (view.full, view.saturated) = self.closed_units(rule, &view)?,
                 }
             }
             return Ok(view);
@@ -406,8 +446,8 @@ impl KeyState<'_> {
                 Hist::Newer(newer) => return Err(newer + 1),
             },
         };
-        view.full = match self.carried_sum(rule, &view, closed, units)? {
-            Some(full) => full,
+        (view.full, view.saturated) = match self.carried_sum(rule, &view, closed, units)? {
+            Some(full) => (full, false),
             None => self.closed_units(rule, &view)?,
         };
         Ok(view)
@@ -432,8 +472,9 @@ impl KeyState<'_> {
         // that moved `cur` to `closed`).
         let sum = self.word(at).load(Ordering::Relaxed);
         // A saturated sum no longer says how many units it held: subtracting the slots that
-        // leave would forget units still in the window.
-        if tag_of(sum) != closed as u32 || count_of(sum) == SUM_SATURATED {
+        // leave would forget units still in the window. A sum that would add a saturated
+        // slot in is saturated too (the module docs): the ring's walk says so.
+        if tag_of(sum) != closed as u32 || count_of(sum) == SUM_SATURATED || saturated(rule, units) {
             return Ok(None);
         }
         let mut full = count_of(sum) + units;
@@ -446,16 +487,17 @@ impl KeyState<'_> {
     }
 
     /// Units in the closed slots wholly inside `view`'s window (`slot − n + 1 .. slot`),
-    /// from the ring, with the slot `view` closes (if any) read from `cur` instead.
+    /// from the ring, with the slot `view` closes (if any) read from `cur` instead; and
+    /// whether one of them is saturated.
     #[allow(
         clippy::arithmetic_side_effects,
         reason = "a slot is at least ring > slots; at most MAX_SLOTS 32-bit counts are added (module docs)"
     )]
-    fn closed_units(&self, rule: &Rule, view: &View) -> Result<u64, u64> {
+    fn closed_units(&self, rule: &Rule, view: &View) -> Result<(u64, bool), u64> {
         let closing = view.closing(rule);
-        let mut full = 0u64;
+        let (mut full, mut any_saturated) = (0u64, false);
         for i in view.slot + 1 - rule.slots..view.slot {
-            full += match closing {
+            let units = match closing {
                 Some((closed, units)) if i == closed => units,
                 Some((closed, _)) if i > closed => 0,
                 _ => match self.hist(rule, i) {
@@ -464,8 +506,10 @@ impl KeyState<'_> {
                     Hist::Newer(newer) => return Err(newer + 1),
                 },
             };
+            full += units;
+            any_saturated |= saturated(rule, units);
         }
-        Ok(full)
+        Ok((full, any_saturated))
     }
 
     #[inline]
@@ -517,7 +561,9 @@ impl KeyState<'_> {
                 first = last + 1;
             }
             if let Some(at) = rule.sum_word() {
-                self.raise_sum(at, pack(view.slot, view.full));
+                // A sum with a saturated slot in it is saturated (module docs).
+                let full = if view.saturated { SUM_SATURATED } else { view.full };
+                self.raise_sum(at, pack(view.slot, full));
             }
         }
         let next = pack(view.slot, view.current + cost);

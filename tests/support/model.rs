@@ -4,9 +4,28 @@
 //! `fuzz/fuzz_targets/model_ops.rs` (which decodes them from libFuzzer's bytes): plain Rust,
 //! no proptest, and a mismatch is an `Err` that says what differed.
 //!
-//! The model keeps a log of every admitted `(time, cost)` per key, and recomputes each
-//! limit's count (sliding window, fixed window, sliding log or GCRA's theoretical arrival
-//! time) from it at every step.
+//! The model keeps a log of every admitted `(time, cost)` per key and limit, and recomputes
+//! each limit's count (sliding window, fixed window, sliding log or GCRA's theoretical
+//! arrival time) from it at every step.
+//!
+//! **Saturation** (sliding window). A ring entry holds a slot's count only up to its width
+//! (2⁸−1, 2¹⁶−1 or 2³²−1 units, the narrowest above every `max` the limit position has
+//! had). A check never puts more than `max` into a slot; `record` and carries can. A slot
+//! whose count reaches its entry's width when it is closed (when a later slot's first
+//! commit moves the key on, or, until then, whenever it is read from a later slot) is
+//! saturated: it counts as full until it leaves the window, and stays saturated when its
+//! ring is widened. The slot being counted in holds its exact count up to 2³²−1. The model
+//! follows which slot the limiter holds open and which it closed saturated ([`Ring`]).
+//!
+//! **Policy changes.** A held key laid out for an older version of its policy moves to the
+//! current one at its next look-up (`update_policy`), or at once (`set_policy`,
+//! `clear_policy`): exactly when every limit keeps its window, precision and accuracy (only
+//! `max` changed, whatever the ring's width), else per the version's `Carry`: each new limit
+//! starts with the units the old limits counted over a window at least as long as its own
+//! (the fewest), or else the most any counted, all recorded as used at the move (a
+//! saturated slot in a window stands for every unit there is, 2³²−1), or empty
+//! (`Carry::Reset`). Modelled for the sliding and fixed windows (a move of a sliding log's
+//! or GCRA's key is exact in these tests, or not drawn).
 //!
 //! **Time.** Times are `u64` nanoseconds from the clock's origin; a run may start at any
 //! offset (long uptimes: slot tags wrapping at 2³² slots). [`run`] stops the clock at
@@ -19,7 +38,9 @@
 
 use std::time::Duration;
 
-use slidegate::{Accuracy, Algorithm, Carry, Decision, Denial, Limit, Limiter, ManualClock, PolicyConfig};
+use slidegate::{
+    Accuracy, Algorithm, Carry, Decision, Denial, Limit, Limiter, ManualClock, PolicyConfig, DEFAULT_POLICY,
+};
 
 /// `ensure!(condition, "format", args...)`: returns the message as an `Err` when false.
 macro_rules! ensure {
@@ -52,6 +73,30 @@ pub const ALGORITHMS: [Algorithm; 4] =
 
 pub const NS_PER_MS: u64 = 1_000_000;
 pub const NS_PER_S: u64 = 1_000_000_000;
+
+/// The most units one commit counts in a window (the sliding and fixed windows'
+/// `Counter::MOST`): `record` and carries are clamped to it, and a slot's count saturates at
+/// it.
+pub const MOST: u64 = u32::MAX as u64;
+
+/// log₂ of the ring entries per word for a limit of `max` (as `layout.rs`): 2 (8-bit
+/// entries) up to 254, 1 (16-bit) up to 65,534, else 0 (32-bit).
+pub fn entries_log(max: u64) -> u32 {
+    match max {
+        0..=0xFE => 2,
+        0xFF..=0xFFFE => 1,
+        _ => 0,
+    }
+}
+
+/// The largest count a ring entry of `entries_log` holds: 2⁸−1, 2¹⁶−1 or 2³²−1.
+pub fn entry_most(entries_log: u32) -> u64 {
+    u64::from(u32::MAX >> (32 - (32 >> entries_log)))
+}
+
+/// What a sliding window's count at a saturated slot is taken as (times `p`): more than any
+/// `max × p`, and far from overflowing when a cost is added.
+const FULL: u128 = u128::MAX >> 2;
 
 /// The small limits the cases draw from (each also in a strict variant).
 pub const LIMITS: [&str; 5] = ["3/s", "5/2s@500ms", "10/s@100ms", "7/min@10s", "4/3s@1s"];
@@ -99,6 +144,22 @@ pub struct Rule {
     /// GCRA: ns per unit (`window / max` rounded up) and the tolerance `max × interval`.
     pub interval: u64,
     pub burst: u64,
+    /// The width of the limit's ring entries (sliding window): the narrowest above `max`,
+    /// unless the model widened it (see [`Model::update`]).
+    pub entry_most: u64,
+}
+
+/// What a sliding-window limit's ring knows beyond the log: the slots closed saturated, and
+/// the slot its `cur` word holds open (exact until a commit in a later slot closes it).
+/// Without one ([`Ring::NONE`]), no slot ever saturates: the plain exact model.
+#[derive(Debug, Clone, Default)]
+pub struct Ring {
+    pub saturated: Vec<u64>,
+    pub open: Option<u64>,
+}
+
+impl Ring {
+    pub const NONE: Ring = Ring { saturated: Vec::new(), open: None };
 }
 
 impl Rule {
@@ -116,6 +177,7 @@ impl Rule {
             algorithm,
             interval,
             burst: interval * limit.max(),
+            entry_most: entry_most(entries_log(limit.max())),
         }
     }
 
@@ -156,6 +218,61 @@ impl Rule {
         }
     }
 
+    /// [`scaled`](Self::scaled), with the saturated slots of `ring`: a sliding window with
+    /// one in it at `t` is full.
+    pub fn scaled_in(&self, log: &[(u64, u64)], ring: &Ring, t: u64) -> u128 {
+        if self.full_at(log, ring, t) {
+            return FULL;
+        }
+        self.scaled(log, t)
+    }
+
+    /// Units logged in slot `slot` (of the precision).
+    pub fn in_slot(&self, log: &[(u64, u64)], slot: u64) -> u128 {
+        log.iter().filter(|&&(at, _)| at / self.p == slot).map(|&(_, c)| u128::from(c)).sum()
+    }
+
+    /// Does slot `slot` read as saturated at `t`? A slot `ring` closed saturated does; the
+    /// open one does once it holds its entry's width and `t` is in a later slot (it is then
+    /// read as closed), or 2³²−1 units while it is `t`'s own. Sliding window only.
+    pub fn saturated(&self, log: &[(u64, u64)], ring: &Ring, slot: u64, t: u64) -> bool {
+        if self.algorithm != Algorithm::SlidingWindow {
+            return false;
+        }
+        if ring.saturated.contains(&slot) {
+            return true;
+        }
+        if ring.open != Some(slot) {
+            return false;
+        }
+        // (An entry no wider than `max`, 2³²−1 for a `max` of 2³²−1, reads as that count.)
+        let width = if slot < t / self.p { self.entry_most } else { MOST };
+        width > self.max && self.in_slot(log, slot) >= u128::from(width)
+    }
+
+    /// Is a saturated slot in the window at `t` (the oldest, partly covered one included)?
+    pub fn full_at(&self, log: &[(u64, u64)], ring: &Ring, t: u64) -> bool {
+        let k = t / self.p;
+        let first = k.saturating_sub(self.n);
+        let candidates = ring.saturated.iter().chain(ring.open.iter());
+        candidates.filter(|&&s| (first..=k).contains(&s)).any(|&s| self.saturated(log, ring, s, t))
+    }
+
+    /// The units the limit counts at `t`, rounded up to whole units, not capped at `max`:
+    /// what a policy change carries over (`KeyState::migrate`). A saturated slot in a
+    /// sliding window stands for every unit there is (`u64::MAX`, clamped to [`MOST`] by the
+    /// carry); a fixed window's count saturates at [`MOST`].
+    pub fn used_in(&self, log: &[(u64, u64)], ring: &Ring, t: u64) -> u64 {
+        match self.algorithm {
+            Algorithm::SlidingWindow if self.full_at(log, ring, t) => u64::MAX,
+            Algorithm::SlidingWindow => {
+                u64::try_from(self.sliding(log, t).div_ceil(u128::from(self.p))).unwrap_or(u64::MAX)
+            }
+            Algorithm::FixedWindow => u64::try_from(self.scaled(log, t)).unwrap_or(u64::MAX).min(MOST),
+            other => panic!("the model carries units over for the sliding and fixed windows, not {other:?}"),
+        }
+    }
+
     /// The sliding window's count at `t`, times `p`: slots `k-n+1 ..= k` whole, slot `k-n`
     /// whole (strict) or weighted by `(p - e) / p` (interpolated), where `k = t / p`,
     /// `e = t % p`.
@@ -176,36 +293,49 @@ impl Rule {
     }
 
     pub fn admits(&self, log: &[(u64, u64)], t: u64, cost: u64) -> bool {
+        self.admits_in(log, &Ring::NONE, t, cost)
+    }
+
+    pub fn admits_in(&self, log: &[(u64, u64)], ring: &Ring, t: u64, cost: u64) -> bool {
         if self.algorithm == Algorithm::Gcra {
             return self.tat(log, t, cost) - t <= self.burst;
         }
         let p = self.scale();
-        self.scaled(log, t) + u128::from(cost) * p <= u128::from(self.max) * p
+        self.scaled_in(log, ring, t) + u128::from(cost) * p <= u128::from(self.max) * p
     }
 
     /// Whole units still free at `t` after `cost` more, rounded down.
     pub fn room(&self, log: &[(u64, u64)], t: u64, cost: u64) -> u64 {
+        self.room_in(log, &Ring::NONE, t, cost)
+    }
+
+    pub fn room_in(&self, log: &[(u64, u64)], ring: &Ring, t: u64, cost: u64) -> u64 {
         if self.algorithm == Algorithm::Gcra {
             return self.burst.saturating_sub(self.tat(log, t, cost) - t) / self.interval;
         }
         let p = self.scale();
-        let free = (u128::from(self.max) * p).saturating_sub(self.scaled(log, t) + u128::from(cost) * p);
+        let free =
+            (u128::from(self.max) * p).saturating_sub(self.scaled_in(log, ring, t) + u128::from(cost) * p);
         u64::try_from(free / p).unwrap()
     }
 
     /// The earliest time >= `now` at which `cost` fits, if no other traffic comes: found by
     /// bisection (the count never rises without traffic), not by a formula.
     pub fn earliest(&self, log: &[(u64, u64)], now: u64, cost: u64) -> u64 {
-        if self.admits(log, now, cost) {
+        self.earliest_in(log, &Ring::NONE, now, cost)
+    }
+
+    pub fn earliest_in(&self, log: &[(u64, u64)], ring: &Ring, now: u64, cost: u64) -> u64 {
+        if self.admits_in(log, ring, now, cost) {
             return now;
         }
         // Every logged unit is at most `now`, so two windows and two slots (and a GCRA
-        // burst) later none counts.
+        // burst) later none counts, and every slot has left the window.
         let (mut refused, mut admitted) = (now, now + 2 * self.window + 2 * self.p + self.burst);
-        assert!(self.admits(log, admitted, cost));
+        assert!(self.admits_in(log, ring, admitted, cost));
         while admitted - refused > 1 {
             let mid = refused + (admitted - refused) / 2;
-            if self.admits(log, mid, cost) {
+            if self.admits_in(log, ring, mid, cost) {
                 admitted = mid;
             } else {
                 refused = mid;
@@ -229,11 +359,19 @@ pub struct KeyModel {
     /// The key's policy: its override, else the resolver's (key index modulo the tiers).
     tier: usize,
     overridden: bool,
-    /// Admitted `(time, cost)` since the key was last reset.
-    log: Vec<(u64, u64)>,
-    /// The logs of earlier lives of the key, before a `reset`.
+    /// The policy and version its state is laid out for, and that version's rules.
+    laid: (usize, usize),
+    rules: Vec<Rule>,
+    /// Per limit of `rules`: what was counted there since the key's state was last laid out
+    /// anew (a reset, a carry), as admitted `(time, cost)`, and its ring.
+    logs: Vec<Vec<(u64, u64)>>,
+    rings: Vec<Ring>,
+    /// The first limit's logs of earlier lives of the key (before a `reset`, an eviction
+    /// or a carry).
     earlier: Vec<Vec<(u64, u64)>>,
     held: Held,
+    /// When a carry last laid the key's state out anew (its `touched` from then on).
+    laid_at: Option<u64>,
 }
 
 /// What the model expects a decision to be.
@@ -257,10 +395,17 @@ impl Expected {
 }
 
 pub struct Model {
-    /// Each policy's rules (one policy unless the case draws tiers).
+    /// Each policy's rules (one policy unless the case draws tiers), its version (one per
+    /// change) and the `Carry` its keys move to that version with.
     tiers: Vec<Vec<Rule>>,
+    versions: Vec<usize>,
+    carries: Vec<Carry>,
+    /// Per limit position, the ring entries' `entries_log` of every policy: wide enough for
+    /// every `max` any policy has had there (only ever widens, as `policy.rs`).
+    widest: Vec<u32>,
     now: u64,
-    /// Idle for longer than this, a key's windows are all empty.
+    /// Idle for longer than this, a key's windows are all empty (the longest expiry of any
+    /// version).
     expiry: u64,
     keys: Vec<KeyModel>,
 }
@@ -269,30 +414,198 @@ impl Model {
     /// A model of `keys` keys (key `i` on tier `i % tiers`), with its clock at `now`.
     pub fn new(tiers: Vec<Vec<Rule>>, keys: usize, now: u64) -> Model {
         let expiry = tiers.iter().flatten().map(Rule::expiry).max().unwrap();
-        let keys = (0..keys)
-            .map(|key| KeyModel {
-                tier: key % tiers.len(),
-                overridden: false,
-                log: Vec::new(),
-                earlier: Vec::new(),
-                held: Held::No,
+        let versions = vec![0; tiers.len()];
+        let carries = vec![Carry::Conservative; tiers.len()];
+        let mut model = Model { tiers, versions, carries, widest: Vec::new(), now, expiry, keys: Vec::new() };
+        model.widen();
+        model.keys = (0..keys)
+            .map(|key| {
+                let tier = key % model.tiers.len();
+                let rules = model.tiers[tier].clone();
+                KeyModel {
+                    tier,
+                    overridden: false,
+                    laid: (tier, 0),
+                    logs: vec![Vec::new(); rules.len()],
+                    rings: vec![Ring::default(); rules.len()],
+                    rules,
+                    earlier: Vec::new(),
+                    held: Held::No,
+                    laid_at: None,
+                }
             })
             .collect();
-        Model { tiers, now, expiry, keys }
+        model
+    }
+
+    /// Widens `widest` to every tier's `max` and gives every tier's rules those widths.
+    fn widen(&mut self) {
+        for rules in &self.tiers {
+            for (j, rule) in rules.iter().enumerate() {
+                let log = entries_log(rule.max);
+                match self.widest.get_mut(j) {
+                    Some(w) => *w = (*w).min(log),
+                    None => self.widest.push(log),
+                }
+            }
+        }
+        for rules in &mut self.tiers {
+            for (rule, &w) in rules.iter_mut().zip(&self.widest) {
+                rule.entry_most = entry_most(w);
+            }
+        }
+    }
+
+    /// A new version of policy `tier` (`update_policy`): its keys move to it at their next
+    /// look-up, with `carry`. The sliding window's ring entries widen for a larger `max`.
+    pub fn update(&mut self, tier: usize, rules: Vec<Rule>, carry: Carry) {
+        self.expiry = self.expiry.max(rules.iter().map(Rule::expiry).max().unwrap());
+        let sliding = rules.iter().all(|r| r.algorithm == Algorithm::SlidingWindow);
+        self.tiers[tier] = rules;
+        if sliding {
+            self.widen();
+        } else {
+            // Only the sliding window has rings (the field is unused otherwise).
+            let widest = self.widest.clone();
+            for (rule, &w) in self.tiers[tier].iter_mut().zip(&widest) {
+                rule.entry_most = entry_most(w);
+            }
+        }
+        self.versions[tier] += 1;
+        self.carries[tier] = carry;
     }
 
     pub fn rules(&self, key: usize) -> &[Rule] {
-        &self.tiers[self.keys[key].tier]
+        &self.keys[key].rules
+    }
+
+    /// `reset(key)`: the key's state is gone; a later count lays it out afresh.
+    pub fn forget(&mut self, key: usize) {
+        let k = &mut self.keys[key];
+        if let Some(first) = k.logs.first().filter(|log| !log.is_empty()) {
+            k.earlier.push(first.clone());
+        }
+        k.logs.iter_mut().for_each(Vec::clear);
+        k.rings.iter_mut().for_each(|ring| *ring = Ring::default());
+    }
+
+    /// `set_policy` or `clear_policy` gave `key` policy `tier`: a held key moves to it at
+    /// once, with `Carry::Conservative`; another gets it when it next counts.
+    pub fn set_tier(&mut self, key: usize, tier: usize) {
+        if self.keys[key].held == Held::Yes {
+            self.move_key(key, tier, Carry::Conservative);
+        } else {
+            self.keys[key].tier = tier;
+        }
+    }
+
+    /// What the limiter does with `key` at its look-up, before it answers: a held key laid
+    /// out for another version (or policy) than its policy's current one moves to it; a key
+    /// not held (or perhaps evicted, its windows empty) gets a fresh state under it when it
+    /// next counts.
+    pub fn look_up(&mut self, key: usize) {
+        let tier = self.keys[key].tier;
+        if self.keys[key].laid == (tier, self.versions[tier]) {
+            return;
+        }
+        match self.keys[key].held {
+            Held::Yes => self.move_key(key, tier, self.carries[tier]),
+            Held::No | Held::Maybe => self.lay_fresh(key, None),
+        }
+    }
+
+    /// Lays `key` out anew under its policy's current version, holding `carried[j]` units
+    /// in limit `j`, recorded now (none: empty).
+    fn lay_fresh(&mut self, key: usize, carried: Option<Vec<u64>>) {
+        let now = self.now;
+        let tier = self.keys[key].tier;
+        let rules = self.tiers[tier].clone();
+        let carried = carried.unwrap_or_else(|| vec![0; rules.len()]);
+        let k = &mut self.keys[key];
+        if let Some(first) = k.logs.first().filter(|log| !log.is_empty()) {
+            k.earlier.push(first.clone());
+        }
+        k.logs = carried.iter().map(|&c| if c > 0 { vec![(now, c)] } else { Vec::new() }).collect();
+        k.rings = carried
+            .iter()
+            .zip(&rules)
+            .map(|(&c, r)| Ring { saturated: Vec::new(), open: (c > 0).then_some(now / r.p) })
+            .collect();
+        k.rules = rules;
+        k.laid = (tier, self.versions[tier]);
+    }
+
+    /// Moves held `key` to policy `tier`'s current version now (`KeyState::migrate`): exact
+    /// when every limit keeps its window, precision and accuracy, else per `carry`.
+    pub fn move_key(&mut self, key: usize, tier: usize, carry: Carry) {
+        let now = self.now;
+        let new = &self.tiers[tier];
+        let k = &mut self.keys[key];
+        let exact = k.rules.len() == new.len()
+            && k.rules
+                .iter()
+                .zip(new)
+                .all(|(a, b)| a.window == b.window && a.p == b.p && a.strict == b.strict);
+        k.tier = tier;
+        if exact {
+            (k.rules, k.laid) = (new.clone(), (tier, self.versions[tier]));
+            return;
+        }
+        let used: Vec<(u64, u64)> = (k.rules.iter().zip(&k.logs).zip(&k.rings))
+            .map(|((rule, log), ring)| (rule.window, rule.used_in(log, ring, now)))
+            .collect();
+        let carried = new
+            .iter()
+            .map(|rule| match carry {
+                Carry::Reset => 0,
+                _ => {
+                    let covering = used.iter().filter(|&&(w, _)| w >= rule.window).map(|&(_, u)| u).min();
+                    covering.or_else(|| used.iter().map(|&(_, u)| u).max()).unwrap_or(0).min(MOST)
+                }
+            })
+            .collect();
+        self.keys[key].laid_at = Some(now);
+        self.lay_fresh(key, Some(carried));
+    }
+
+    /// Counts `cost` units for `key` now in every limit (an admission, or `record`).
+    fn count(&mut self, key: usize, cost: u64) {
+        let now = self.now;
+        let k = &mut self.keys[key];
+        for ((rule, log), ring) in k.rules.iter().zip(&mut k.logs).zip(&mut k.rings) {
+            // The first commit in a later slot closes the open one: saturated if it holds
+            // its entry's width now.
+            let slot = now / rule.p;
+            if let Some(open) = ring.open.filter(|&open| open < slot) {
+                if rule.saturated(log, ring, open, now) {
+                    ring.saturated.push(open);
+                }
+            }
+            ring.open = Some(slot);
+            log.push((now, cost));
+        }
+        k.held = Held::Yes;
+    }
+
+    /// `record(key, cost)`: counts `cost` (clamped to [`MOST`]) without a check, then the
+    /// decision is a cost-0 look at the state.
+    pub fn record(&mut self, key: usize, cost: u64) -> Expected {
+        if cost > 0 {
+            self.count(key, cost.min(MOST));
+        }
+        self.decide(key, 0, false)
     }
 
     pub fn admits_all(&self, key: usize, t: u64, cost: u64) -> bool {
-        self.rules(key).iter().all(|r| r.admits(&self.keys[key].log, t, cost))
+        let k = &self.keys[key];
+        (k.rules.iter().zip(&k.logs).zip(&k.rings)).all(|((r, log), ring)| r.admits_in(log, ring, t, cost))
     }
 
     /// Minimum room over the limits, and the first limit with it.
     pub fn tightest(&self, key: usize, cost: u64) -> (usize, u64) {
-        let log = &self.keys[key].log;
-        let rooms = self.rules(key).iter().map(|r| r.room(log, self.now, cost));
+        let k = &self.keys[key];
+        let rooms = (k.rules.iter().zip(&k.logs).zip(&k.rings))
+            .map(|((r, log), ring)| r.room_in(log, ring, self.now, cost));
         let mut best = (0, u64::MAX);
         for (i, room) in rooms.enumerate() {
             if room < best.1 {
@@ -317,16 +630,15 @@ impl Model {
         if self.admits_all(key, self.now, cost) {
             let (tightest, remaining) = self.tightest(key, cost);
             if commit && cost > 0 {
-                self.keys[key].log.push((self.now, cost));
-                self.keys[key].held = Held::Yes;
+                self.count(key, cost);
             }
             return Expected { denial: None, remaining, tightest, retry_after: None };
         }
-        let log = &self.keys[key].log;
+        let k = &self.keys[key];
         let mut refusing = None::<(usize, u64)>;
-        for (j, rule) in self.rules(key).iter().enumerate() {
-            if !rule.admits(log, self.now, cost) {
-                let at = rule.earliest(log, self.now, cost);
+        for (j, ((rule, log), ring)) in k.rules.iter().zip(&k.logs).zip(&k.rings).enumerate() {
+            if !rule.admits_in(log, ring, self.now, cost) {
+                let at = rule.earliest_in(log, ring, self.now, cost);
                 if refusing.map_or(true, |(_, latest)| at > latest) {
                     refusing = Some((j, at));
                 }
@@ -343,11 +655,16 @@ impl Model {
     }
 
     pub fn empty(&self, key: usize) -> bool {
-        self.rules(key).iter().all(|r| r.scaled(&self.keys[key].log, self.now) == 0)
+        let k = &self.keys[key];
+        (k.rules.iter().zip(&k.logs).zip(&k.rings))
+            .all(|((r, log), ring)| r.scaled_in(log, ring, self.now) == 0)
     }
 
+    /// How long since the key last counted anything (or was laid out anew by a carry).
     pub fn idle(&self, key: usize) -> Option<u64> {
-        self.keys[key].log.last().map(|&(at, _)| self.now - at)
+        let k = &self.keys[key];
+        let last = k.logs.iter().filter_map(|log| log.last()).map(|&(at, _)| at).chain(k.laid_at).max();
+        last.map(|at| self.now - at)
     }
 }
 
@@ -385,6 +702,17 @@ pub enum Op {
     UpdateMax {
         tier: usize,
         bump: u64,
+    },
+    /// `record(key, cost)`: units counted without a check (sliding and fixed windows).
+    Record {
+        key: usize,
+        cost: u64,
+    },
+    /// `update_policy` of the first policy to `limits`, moving its keys with `carry`
+    /// (sliding and fixed windows, without tiers).
+    UpdatePolicy {
+        limits: Vec<Limit>,
+        carry: Carry,
     },
 }
 
@@ -476,8 +804,13 @@ pub fn run(
     ensure_eq!(&limiter.limits(), &limits, "the limiter's limits");
     let rules = |limits: &[Limit]| limits.iter().map(|l| Rule::of(l, algorithm)).collect::<Vec<_>>();
     let mut model = Model::new(tier_limits.iter().map(|l| rules(l)).collect(), keys, start);
+    // Records and changes of layout are modelled for the windows (see the module docs).
+    let changes = !tiers && matches!(algorithm, Algorithm::SlidingWindow | Algorithm::FixedWindow);
 
     for (step, op) in ops.iter().enumerate() {
+        if let Op::Check { key, .. } | Op::Peek { key } | Op::Record { key, .. } = *op {
+            model.look_up(key % keys);
+        }
         match *op {
             Op::Advance(by) => {
                 let by = by.min(MAX_TIME - model.now);
@@ -518,11 +851,8 @@ pub fn run(
                     }
                     Held::Maybe => {}
                 }
-                let log = std::mem::take(&mut k.log);
-                if !log.is_empty() {
-                    k.earlier.push(log);
-                }
                 k.held = Held::No;
+                model.forget(key);
             }
             Op::Sweep => {
                 let before = limiter.len();
@@ -570,19 +900,37 @@ pub fn run(
                 }
             }
             Op::SetPolicy { .. } | Op::ClearPolicy { .. } | Op::UpdateMax { .. } if !tiers => {}
+            Op::Record { .. } | Op::UpdatePolicy { .. } if !changes => {}
             Op::SetPolicy { key, tier } => {
                 let key = key % keys;
                 let tier = tier % TIERS.len();
                 limiter.set_policy(&(key as u64), TIERS[tier]).map_err(|e| format!("set_policy: {e}"))?;
-                (model.keys[key].tier, model.keys[key].overridden) = (tier, true);
+                model.set_tier(key, tier);
+                model.keys[key].overridden = true;
                 ensure_eq!(limiter.policy_of(&(key as u64)), TIERS[tier]);
             }
             Op::ClearPolicy { key } => {
                 let key = key % keys;
                 let had = limiter.clear_policy(&(key as u64));
                 ensure_eq!(had, model.keys[key].overridden);
-                (model.keys[key].tier, model.keys[key].overridden) = (key % TIERS.len(), false);
+                if had {
+                    model.set_tier(key, key % TIERS.len());
+                }
+                model.keys[key].overridden = false;
                 ensure_eq!(limiter.policy_of(&(key as u64)), TIERS[key % TIERS.len()]);
+            }
+            Op::Record { key, cost } => {
+                let key = key % keys;
+                let got = limiter.record(&(key as u64), cost);
+                let want = model.record(key, cost);
+                compare(&model, key, 0, &got, &want, &format!("step {step} record {cost}"))?;
+            }
+            Op::UpdatePolicy { ref limits, carry } => {
+                let config = PolicyConfig::new(limits.iter().copied());
+                limiter
+                    .update_policy(DEFAULT_POLICY, config, carry)
+                    .map_err(|e| format!("step {step}: update_policy: {e}"))?;
+                model.update(0, rules(limits), carry);
             }
             Op::UpdateMax { tier, bump } => {
                 let tier = tier % TIERS.len();
@@ -596,7 +944,7 @@ pub fn run(
                 limiter
                     .update_policy(TIERS[tier], config, Carry::Reset)
                     .map_err(|e| format!("step {step}: update_policy: {e}"))?;
-                model.tiers[tier] = rules(limits);
+                model.update(tier, rules(limits), Carry::Reset);
             }
         }
         let sure = model.keys.iter().filter(|k| k.held == Held::Yes).count();
@@ -606,10 +954,12 @@ pub fn run(
         ensure_eq!(limiter.is_empty(), len == 0);
     }
 
-    // The accuracy bound, on the log of what the limiter admitted (per life of each key).
-    // (With tiers, a key's limits change over its life: the model's decisions were checked.)
-    for (key, k) in model.keys.iter().enumerate().filter(|_| !tiers) {
-        for log in k.earlier.iter().chain(std::iter::once(&k.log)) {
+    // The accuracy bound, on the log of what the limiter admitted (per life of each key; every
+    // limit logs the same admissions). (With tiers, a key's limits change over its life, and
+    // records count beyond them: the model's decisions were checked.)
+    let changed = ops.iter().any(|op| matches!(op, Op::Record { .. } | Op::UpdatePolicy { .. }));
+    for (key, k) in model.keys.iter().enumerate().filter(|_| !tiers && !changed) {
+        for log in k.earlier.iter().chain(k.logs.first()) {
             for (i, rule) in model.tiers[0].iter().enumerate() {
                 let densest = densest(log, rule.window);
                 let exact = rule.algorithm == Algorithm::SlidingLog;
