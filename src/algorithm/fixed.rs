@@ -44,7 +44,11 @@ impl Counter for Fixed {
         }
         match tag_distance(tag_of(seen), slot as u32) {
             0 => View { slot, elapsed, seen, current: count_of(seen) },
-            // Another thread already counts in a later window: time is at least there.
+            // Another thread already counts in a later window: time is at least there. The
+            // adoption rests on this value alone, on any memory model: the later window's
+            // count is in the same word, and nothing else is read for it (no clock is read
+            // again; `touched` then covers the adopted window's start, which only delays
+            // expiry, and retry times are counted from it, never earlier than exact).
             d if d > 0 => View { slot: slot + d as u64, elapsed: 0, seen, current: count_of(seen) },
             _ => View { slot, elapsed, seen, current: 0 },
         }

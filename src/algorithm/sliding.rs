@@ -359,9 +359,14 @@ impl KeyState<'_> {
     #[allow(clippy::arithmetic_side_effects, reason = "a slot is at least ring = slots + 1 (module docs)")]
     fn view(&self, rule: &Rule, now: u64, expired: bool) -> View {
         let (slot, elapsed) = rule.slot_of(now);
-        // Acquire pairs with the Release CAS in `commit`/`rollback`: it makes the history
-        // and `sum` written before the CAS that produced this value (or any earlier one in
-        // its release sequence) visible to the reads below.
+        // Acquire pairs with the Release half of the CAS in `commit` that moved `cur` to the
+        // slot it holds, whether this load reads that CAS's value or a later RMW's (another
+        // commit in the slot, a rollback: RMWs continue its release sequence): the history
+        // and `sum` written before that CAS happen-before the Relaxed reads below. A
+        // happens-before edge of the language's model, so it holds on ARM as on x86, and in
+        // loom. Slots after the one `cur` holds are read as empty (skipped, or being
+        // written by a move not yet published), whatever their words say, so a view that
+        // adopts a later slot from a ring word's or `sum`'s tag needs no more than this.
         let seen = self.word(rule.at).load(Ordering::Acquire);
         if expired {
             return View { slot, elapsed, seen, expired, ..View::default() };
