@@ -1,6 +1,6 @@
 //! Re-runs every measurement the README and the guides print and writes each into its place:
-//! `cargo run --release -p slidegate-tools --bin figures` from the repository root (about 40
-//! minutes on 2 cores; `--only NAME` for one report).
+//! `cargo run --release -p slidegate-tools --bin figures` from the repository root (about 50
+//! minutes on 2 cores, 10 of them the soak's long run; `--only NAME` for one report).
 //!
 //! A place is a region of a markdown file, the lines between `<!-- NAME:begin -->` and
 //! `<!-- NAME:end -->`. Each report's region gets a line saying which command produced it, on
@@ -231,7 +231,8 @@ impl Context {
             "bench_report" | "idle" | "spray" => self.tool(name, &[], quick),
             "memory" => self.tool(name, &[], &[]),
             "churn" => self.tool(name, &[], if self.quick { quick } else { &["--cycles", "30"] }),
-            "soak" => self.tool(name, &[], if self.quick { quick } else { &["--seconds", "60"] }),
+            "soak" if self.quick => self.tool(name, &[], quick),
+            "soak" => self.soak(),
             "gateway_report" => self.tool(name, &["--features", "gateway"], quick),
             "accuracy" => {
                 let svg = if self.quick {
@@ -256,6 +257,14 @@ impl Context {
             "fuzz" => self.fuzz(),
             _ => Err(format!("no report named {name}")),
         }
+    }
+
+    /// The soak twice, CI's quick run and then a 10-minute one: its region gives both.
+    fn soak(&self) -> Result<Report, String> {
+        let quick = self.tool("soak", &[], &["--quick"])?;
+        let full = self.tool("soak", &[], &["--seconds", "600"])?;
+        let body = format!("{}\n\n{}\n\n{}", quick.body, full.header, full.body);
+        Ok(Report { command: full.command, header: quick.header, body })
     }
 
     /// `cargo run --release -p slidegate-tools [cargo_args] --bin NAME -- [args]`, its
