@@ -48,6 +48,8 @@ mod checker;
 mod model;
 mod possible;
 mod report;
+#[cfg(test)]
+mod tests;
 mod track;
 mod window;
 mod workload;
