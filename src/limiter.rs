@@ -3,11 +3,13 @@
 //!
 //! # The path of a check
 //! [`Limiter::check_n`] → `decide`: pin the epoch, hash the key once, find its node, and
-//! run the per-key protocol (`protocol.rs`) on its counters under the node's policy. Only
-//! when that cannot answer does it take the shard's mutex: the key is new (`insert`), its
-//! state expired or was retired (`renew` replaces it), or its policy has a newer version
-//! (`renew` moves it). Everything else a limiter does (several keys at once, peeks,
-//! resets, policy changes, sweeps) goes through the same lookup and the same `renew`.
+//! run the per-key protocol (`protocol.rs`) on its counters under the node's policy, at the
+//! clock's time or the shard's floor if that is later (`table.rs`: a check delayed across
+//! an eviction decides no earlier than the eviction). Only when that cannot answer does it
+//! take the shard's mutex: the key is new (`insert`), its state expired or was retired
+//! (`renew` replaces it), or its policy has a newer version (`renew` moves it). Everything
+//! else a limiter does (several keys at once, peeks, resets, policy changes, sweeps) goes
+//! through the same lookup and the same `renew`.
 
 use std::borrow::Borrow;
 use std::fmt;
@@ -210,7 +212,7 @@ where
             return Err(ConfigError::TooManyIdentities { given: keys.len(), most: MAX_IDENTITIES });
         }
         let shared = &*self.shared;
-        let now = shared.now.nanos();
+        let mut now = shared.now.nanos();
         let decided = |decision: Decision, key: usize, metrics: &PolicyMetrics| {
             metrics.decided(&decision, cost, shared.shadow);
             let decision = if shared.shadow { decision.shadowed() } else { decision };
@@ -227,7 +229,7 @@ where
             let mut states: [Option<KeyState<'_>>; MAX_IDENTITIES] = Default::default();
             for (i, (slot, key)) in states.iter_mut().zip(keys).enumerate() {
                 let hash = shared.table.hash(*key);
-                match self.node_of(hash, *key, now, &guard) {
+                match self.node_of(hash, *key, &mut now, &guard) {
                     Ok(node) => *slot = Some(node.state()),
                     Err(Refused::Full) => {
                         // Counted under the policy the key would have had.
@@ -315,23 +317,27 @@ where
 
     /// The node of `key`: inserted fresh if absent, replaced if expired or retired, and
     /// moved to its policy's current version if that changed. Refused if it is absent and
-    /// the table is at `max_keys`.
+    /// the table is at `max_keys`. Raises `now` to the shard's floor (see `decide`).
     fn node_of<'g, Q>(
         &'g self,
         hash: u64,
         key: &Q,
-        now: u64,
+        now: &mut u64,
         guard: &'g Guard,
     ) -> Result<Node<'g, K>, Refused>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
+        let table = &self.shared.table;
         loop {
-            let Some(node) = self.shared.table.get(hash, key, guard) else {
+            let Some(node) = table.get(hash, key, guard) else {
                 let tier = self.tier_of(key);
-                return self.insert_node(hash, key, (tier, self.shared.tiers.current(tier)), now, guard);
+                self.insert_node(hash, key, (tier, self.shared.tiers.current(tier)), *now, guard)?;
+                // Found again, with the floor, like any other node.
+                continue;
             };
+            *now = (*now).max(table.floor(hash));
             let state = node.state();
             let policy = state.policy();
             if !policy.is_replaced()
@@ -340,7 +346,7 @@ where
             {
                 return Ok(node);
             }
-            self.renew(hash, key, now, guard);
+            self.renew(hash, key, *now, guard);
         }
     }
 
@@ -415,7 +421,7 @@ where
         Q: Hash + Eq + ?Sized,
     {
         let tiers = &self.shared.tiers;
-        self.shared.table.update(hash, key, guard, |node| {
+        self.shared.table.update(hash, key, guard, now, |node, now| {
             let state = node.state();
             let policy = state.policy();
             let current = tiers.current(policy.tier());
@@ -560,7 +566,7 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let shared = &*self.shared;
-        let now = shared.now.nanos();
+        let mut now = shared.now.nanos();
         let guard = epoch::pin();
         let hash = shared.table.hash(key);
         loop {
@@ -570,6 +576,10 @@ where
                     None => continue,
                 }
             };
+            // Not before the shard's last eviction (`table.rs`): a check whose clock read
+            // an earlier time and was delayed across it would otherwise decide on a fresh
+            // state at that time, without the units the evicted state still counted then.
+            now = now.max(shared.table.floor(hash));
             let state = node.state();
             let policy = state.policy();
             if !policy.is_replaced() {
@@ -645,10 +655,12 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let shared = &*self.shared;
-        let now = shared.now.nanos();
+        let mut now = shared.now.nanos();
         let guard = epoch::pin();
         let hash = shared.table.hash(key);
         while let Some(node) = shared.table.get(hash, key, &guard) {
+            // As in `decide`.
+            now = now.max(shared.table.floor(hash));
             let state = node.state();
             let policy = state.policy();
             if !policy.is_replaced() {
@@ -686,7 +698,8 @@ where
     {
         let shared = &*self.shared;
         let guard = epoch::pin();
-        let held = shared.table.update(shared.table.hash(key), key, &guard, |node| {
+        // No time: a reset forgets every unit, whenever it was counted.
+        let held = shared.table.update(shared.table.hash(key), key, &guard, 0, |node, _| {
             // Checks still on the state start over on the table.
             let state = node.state();
             state.retire_now(state.policy());
@@ -898,7 +911,7 @@ where
         let now = shared.now.nanos();
         let policy = shared.tiers.current(tier);
         let guard = epoch::pin();
-        shared.table.update(shared.table.hash(key), key, &guard, |node| {
+        shared.table.update(shared.table.hash(key), key, &guard, now, |node, now| {
             let state = node.state();
             if std::ptr::eq(state.policy(), &*policy) {
                 return Change::Keep;
@@ -1129,7 +1142,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Shared<K> {
         // `retire` re-checks expiry on the state itself and, by its CAS, wins or loses
         // against any check still counting into it.
         for shard in 0..self.table.shards() {
-            let here = self.table.sweep_shard(shard, |node| {
+            let here = self.table.sweep_shard(shard, now, |node| {
                 let state = node.state();
                 // A cheap first filter: most keys are recent.
                 if now.saturating_sub(state.touched()) < expiry {

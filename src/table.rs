@@ -22,8 +22,19 @@
 //! # Removing a key without losing a count
 //! A removed or replaced node may still be in use by a check that found it just before.
 //! Its counters are retired first ([`KeyState::retire`], `retire_now`, `migrate`, under
-//! the shard's mutex): a check that commits into a retired state sees that after its commit
-//! and starts over on the table, so no admission is lost to eviction.
+//! the shard's mutex): a check covers its slot in the state's `touched` before it commits,
+//! so a retirement either finds that and fails, or leaves the check nothing to commit, or
+//! only lets commits through whose units no longer count (see `protocol.rs`).
+//!
+//! # No decision before the table's time
+//! A key retired because it expired at time `T` holds units that count before `T`: a
+//! check whose clock read an earlier time, delayed across the retirement, must not start
+//! the key afresh at its own time, which would forget them. So each shard keeps a *floor*,
+//! the latest time at which it took a node out (swept, replaced or moved), raised under
+//! its mutex before the node leaves; an insert creates its node at the floor or later, and
+//! a check that finds a node decides at the shard's floor or later ([`Table::floor`]). A
+//! check behind the floor then decides at a time that has already passed, where the old
+//! units no longer count.
 //!
 //! # One hash
 //! Every path hashes a key the same way, through [`Table::hash`] (a `Hasher` fed by the
@@ -47,7 +58,13 @@ use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering
 
 /// Shards per table: a rebuild rehashes one shard's keys (at 1 M keys, about 16 k), during
 /// which only inserts into that shard wait; checks never do.
+#[cfg(not(slidegate_loom))]
 const SHARDS: usize = 64;
+/// Under loom, 4: every shard runs the same code under its own mutex, and a model's keys
+/// race in the shards that hold them; a sweep's walk through 60 more empty shards would
+/// only multiply the interleavings loom explores (each lock a scheduling point).
+#[cfg(slidegate_loom)]
+const SHARDS: usize = 4;
 /// `hash >> SHARD_SHIFT` picks the shard; the low bits pick the slot.
 const SHARD_SHIFT: u32 = u64::BITS - SHARDS.trailing_zeros();
 /// The shortest array a shard builds.
@@ -275,6 +292,9 @@ struct Counts {
 struct Shard<K> {
     slots: Atomic<Slots<K>>,
     writer: Mutex<Counts>,
+    /// The latest time (ns) at which a node left this shard, swept, replaced or moved
+    /// (module docs). Raised under the mutex, read by checks without it.
+    floor: AtomicU64,
 }
 
 impl<K> Shard<K> {
@@ -355,7 +375,13 @@ impl<K> Table<K> {
 impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
     pub(crate) fn new(max_keys: usize) -> Table<K> {
         let shards = (0..SHARDS)
-            .map(|_| CachePadded::new(Shard { slots: Atomic::null(), writer: Mutex::new(Counts::default()) }))
+            .map(|_| {
+                CachePadded::new(Shard {
+                    slots: Atomic::null(),
+                    writer: Mutex::new(Counts::default()),
+                    floor: AtomicU64::new(0),
+                })
+            })
             .collect();
         Table { shards, hasher: hasher(), live: AtomicUsize::new(0), max_keys }
     }
@@ -379,6 +405,20 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
             reason = "hash >> SHARD_SHIFT is below 2^(64 - SHARD_SHIFT) = SHARDS"
         )]
         &self.shards[(hash >> SHARD_SHIFT) as usize]
+    }
+
+    /// The shard floor of `hash` (module docs): a check that found a node in the shard (or,
+    /// after `insert`, `update` or their mutex, none) decides at this time or later.
+    ///
+    /// Relaxed: the floor is raised under the shard's mutex before a node leaves the table
+    /// (`update`, `sweep_shard`), so whoever took the mutex since, and whoever found a node
+    /// that such a holder published (the Release store of its slot, read by `get`'s
+    /// Acquire load), happens after the raise and reads it or a later value (coherence,
+    /// on every memory model). A check that still finds the old node decides on that node,
+    /// whose retirement protocol covers it.
+    #[inline]
+    pub(crate) fn floor(&self, hash: u64) -> u64 {
+        self.shard(hash).floor.load(Ordering::Relaxed)
     }
 
     /// The node of `key`, if held.
@@ -428,9 +468,10 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
         None
     }
 
-    /// Inserts a node for `key` with a fresh state at `now` under the policy `policy_of`
-    /// chooses (called under the shard's mutex, with the owned key), unless the key is held
-    /// already; either way, the key's node. Refused when the table holds `max_keys` keys.
+    /// Inserts a node for `key` with a fresh state at `now`, or at the shard's floor if that
+    /// is later, under the policy `policy_of` chooses (called under the shard's mutex, with
+    /// the owned key), unless the key is held already; either way, the key's node. Refused
+    /// when the table holds `max_keys` keys.
     pub(crate) fn insert<'g, Q>(
         &'g self,
         hash: u64,
@@ -475,6 +516,8 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
         if reserved.is_err() {
             return Err(Refused::Full);
         }
+        // Relaxed: under the mutex, which orders every writer of the floor.
+        let now = now.max(shard.floor.load(Ordering::Relaxed));
         // The caller's code runs next (`to_owned`, `Hash` and `Eq` in `policy_of`): if it
         // panics, the room reserved is given back.
         let reservation = Reservation(&self.live);
@@ -588,16 +631,19 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
         }
     }
 
-    /// Under `key`'s shard mutex, offers its node to `change`, which may retire its state
-    /// and return the state that replaces it ([`Change::Replace`]), point it at a newer
-    /// policy with the same layout ([`Change::Repoint`]), retire it to be removed
-    /// ([`Change::Remove`]), or leave it. Returns whether the key was held.
+    /// Under `key`'s shard mutex, offers its node to `change` with the time `now`, or the
+    /// shard's floor if that is later; `change` may retire its state and return the state
+    /// that replaces it ([`Change::Replace`]), point it at a newer policy with the same
+    /// layout ([`Change::Repoint`]), retire it to be removed ([`Change::Remove`]), or leave
+    /// it. A node replaced or removed raises the floor to that time. Returns whether the
+    /// key was held.
     pub(crate) fn update<Q>(
         &self,
         hash: u64,
         key: &Q,
         guard: &Guard,
-        change: impl FnOnce(Node<'_, K>) -> Change,
+        now: u64,
+        change: impl FnOnce(Node<'_, K>, u64) -> Change,
     ) -> bool
     where
         K: Borrow<Q>,
@@ -613,7 +659,10 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
             return false;
         };
         let Some((slot, node)) = Self::find(slots, hash, key, Ordering::Relaxed) else { return false };
-        let change = change(node);
+        // Relaxed: under the mutex, which orders every writer of the floor.
+        let now = now.max(shard.floor.load(Ordering::Relaxed));
+        let change = change(node, now);
+        Self::raise_floor(shard, &change, now);
         let retired = self.apply(slot, node, change, &mut counts, guard);
         drop(counts);
         if let Some(node) = retired {
@@ -623,6 +672,16 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
             guard.flush();
         }
         true
+    }
+
+    /// Before a node leaves the shard (`change` replaces or removes it): the floor rises to
+    /// `now`, the time of its retirement (under the mutex; see [`floor`](Self::floor)).
+    fn raise_floor(shard: &Shard<K>, change: &Change, now: u64) {
+        if matches!(change, Change::Replace(_) | Change::Remove) {
+            // Relaxed: see `floor`; the slot store that follows (Release for a replacement)
+            // and the mutex publish it.
+            shard.floor.fetch_max(now, Ordering::Relaxed);
+        }
     }
 
     fn apply(
@@ -691,10 +750,16 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
     }
 
     /// Walks shard `index` under its mutex, offering each node to `change` (as in
-    /// [`update`](Self::update)); then rebuilds the array smaller if at most an eighth of it
-    /// holds nodes, or at the same length if tombstones fill a quarter of it. Returns the
-    /// nodes removed. Checks never wait for this: only inserts into the shard do.
-    pub(crate) fn sweep_shard(&self, index: usize, mut change: impl FnMut(Node<'_, K>) -> Change) -> usize {
+    /// [`update`](Self::update), at the sweeper's time `now`); then rebuilds the array
+    /// smaller if at most an eighth of it holds nodes, or at the same length if tombstones
+    /// fill a quarter of it. Returns the nodes removed. Checks never wait for this: only
+    /// inserts into the shard do.
+    pub(crate) fn sweep_shard(
+        &self,
+        index: usize,
+        now: u64,
+        mut change: impl FnMut(Node<'_, K>) -> Change,
+    ) -> usize {
         let Some(shard) = self.shards.get(index) else { return 0 };
         let guard = epoch::pin();
         let mut counts = shard.lock();
@@ -712,6 +777,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
             };
             let node = Node { ptr, _guard: PhantomData };
             let change = change(node);
+            Self::raise_floor(shard, &change, now);
             dead.extend(self.apply(slot, node, change, &mut counts, &guard));
         }
         let removed = dead.len();

@@ -178,4 +178,149 @@ mod imp {
             assert!(missing.is_empty(), "never explored {missing:?} (reached {reached:?})");
         }
     }
+
+    /// What a model's thread did to a `Limiter<u64>`, for [`Linearizable`].
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+    pub enum Op {
+        /// `check_n(key, cost)`.
+        Check { key: u64, cost: u64 },
+        /// `sweep()`.
+        Sweep,
+    }
+
+    /// An operation and the clock readings that bracket it: just before it started and just
+    /// after it returned (with no loom operation between the reading and the operation, so
+    /// the operation read the first, and the clock did not move after it returned).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+    pub struct Timed {
+        pub op: Op,
+        pub start: std::time::Duration,
+        pub end: std::time::Duration,
+    }
+
+    /// What a check answered (`is_allowed`, `remaining`); `None` for a sweep.
+    pub type Answer = Option<(bool, u64)>;
+
+    /// The outcomes a sequential run allows for operations that raced: every order of the
+    /// operations that keeps `precedes` (pairs `(a, b)`: `a` returned before `b` started),
+    /// each operation at the start or the end of its bracket, times never going back in the
+    /// order (an operation at the end of its bracket decided at a time the clock reached
+    /// while it ran), replayed one by one on a fresh limiter from `build` after `prepare`;
+    /// then `probes` (a time, and a key to peek at it). An outcome is the operations'
+    /// answers, in the caller's order, then the probes' peeks.
+    ///
+    /// A loom model must run the same loom operations in every execution of a schedule, so
+    /// the replays run beforehand ([`learn`](Self::learn), in a loom execution of their own:
+    /// the limiter's atomics are loom's), for every bracket a model's operations can have,
+    /// and the model only looks its outcome up ([`assert`](Self::assert)).
+    pub struct Linearizable {
+        known: Mutex<std::collections::BTreeMap<Vec<Timed>, BTreeSet<Vec<Answer>>>>,
+    }
+
+    impl Default for Linearizable {
+        fn default() -> Self {
+            Self::new()
+        }
+    }
+
+    impl Linearizable {
+        pub const fn new() -> Linearizable {
+            Linearizable { known: Mutex::new(std::collections::BTreeMap::new()) }
+        }
+
+        /// Replays, for every choice of one bracket per operation from `brackets` (the
+        /// brackets operation `i` can have, one list per operation), every sequential run
+        /// (see the type's docs), and keeps their outcomes.
+        pub fn learn<B, P>(
+            &'static self,
+            build: B,
+            prepare: P,
+            brackets: Vec<Vec<Timed>>,
+            precedes: Vec<(usize, usize)>,
+            probes: Vec<(std::time::Duration, u64)>,
+        ) where
+            B: Fn() -> (slidegate::Limiter<u64>, slidegate::ManualClock) + Send + Sync + 'static,
+            P: Fn(&slidegate::Limiter<u64>, &slidegate::ManualClock) + Send + Sync + 'static,
+        {
+            let mut choices: Vec<Vec<Timed>> = vec![Vec::new()];
+            for options in &brackets {
+                choices = choices
+                    .iter()
+                    .flat_map(|chosen| {
+                        options.iter().map(move |&t| chosen.iter().copied().chain([t]).collect())
+                    })
+                    .collect();
+            }
+            let mut model = loom::model::Builder::new();
+            // One thread, one execution: every replay's operations are branches of it.
+            model.max_branches = 10_000_000;
+            model.check(move || {
+                for ops in &choices {
+                    let legal = Self::legal(&build, &prepare, ops, &precedes, &probes);
+                    self.known.lock().unwrap_or_else(|e| e.into_inner()).insert(ops.clone(), legal);
+                }
+            });
+        }
+
+        /// Asserts that `answers` (one per operation of `ops`, then one per probe) is an
+        /// outcome of some sequential run of operations with these brackets.
+        pub fn assert(&self, ops: &[Timed], answers: &[Answer]) {
+            let known = self.known.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(legal) = known.get(ops) else {
+                panic!("brackets {ops:?} were not learned");
+            };
+            assert!(
+                legal.contains(answers),
+                "no sequential run of {ops:?} answers {answers:?}; the legal outcomes are {legal:?}"
+            );
+        }
+
+        fn legal(
+            build: &dyn Fn() -> (slidegate::Limiter<u64>, slidegate::ManualClock),
+            prepare: &dyn Fn(&slidegate::Limiter<u64>, &slidegate::ManualClock),
+            ops: &[Timed],
+            precedes: &[(usize, usize)],
+            probes: &[(std::time::Duration, u64)],
+        ) -> BTreeSet<Vec<Answer>> {
+            let mut orders = Vec::new();
+            permutations(&mut (0..ops.len()).collect(), 0, &mut orders);
+            let mut legal = BTreeSet::new();
+            for order in orders {
+                let position = |i: usize| order.iter().position(|&o| o == i).unwrap_or(usize::MAX);
+                if precedes.iter().any(|&(a, b)| position(a) > position(b)) {
+                    continue;
+                }
+                // Each operation at the start (bit clear) or the end of its bracket.
+                for ends in 0u32..(1 << ops.len()) {
+                    let at = |i: usize| if ends & (1 << i) == 0 { ops[i].start } else { ops[i].end };
+                    if order.windows(2).any(|w| at(w[0]) > at(w[1])) {
+                        continue;
+                    }
+                    let (limiter, clock) = build();
+                    prepare(&limiter, &clock);
+                    let mut answers = vec![None; ops.len()];
+                    for &i in &order {
+                        clock.set(at(i));
+                        answers[i] = match ops[i].op {
+                            Op::Check { key, cost } => {
+                                let d = limiter.check_n(&key, cost);
+                                Some((d.is_allowed(), d.remaining()))
+                            }
+                            Op::Sweep => {
+                                limiter.sweep();
+                                None
+                            }
+                        };
+                    }
+                    for &(time, key) in probes {
+                        clock.set(time);
+                        let d = limiter.peek(&key);
+                        answers.push(Some((d.is_allowed(), d.remaining())));
+                    }
+                    legal.insert(answers);
+                }
+            }
+            legal
+        }
+    }
 }

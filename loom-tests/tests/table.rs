@@ -19,7 +19,7 @@ use loom::sync::Arc;
 use loom::thread;
 use slidegate::{Carry, Limit, Limiter, ManualClock, PolicyConfig};
 
-/// `loom::model` with room for a sweep, which locks each of the table's 64 shards in turn
+/// `loom::model` with room for a sweep, which locks each of the table's shards (4 under loom) in turn
 /// and then flushes the epoch: more branches than loom's default allows.
 fn model(f: impl Fn() + Sync + Send + 'static) {
     let mut model = loom::model::Builder::new();
