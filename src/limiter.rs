@@ -297,14 +297,9 @@ where
             metrics.decided(&decision, cost, shared.shadow);
             let mut outcome = Identities { decision, key: key_of(s) };
             for (s, state) in refs.iter().enumerate().skip(enforced) {
-                let policy = state.policy();
-                let shadow = match policy.oversized(cost) {
-                    Some(index) => policy.never(index, state.room(policy, now)),
-                    None => match state.check(policy, now, cost, true) {
-                        Outcome::Decided(d) => d,
-                        // Retired or expired under us: a fresh state would admit.
-                        Outcome::Expired | Outcome::Retired => policy.fresh(cost),
-                    },
+                let (shadow, policy) = match keys.get(key_of(s)) {
+                    Some(key) => self.shadow_check(*state, *key, &mut now, cost, &guard),
+                    None => (state.policy().fresh(cost), state.policy()),
                 };
                 policy.metrics().decided(&shadow, cost, true);
                 if !shadow.is_allowed() && outcome.decision.shadow_denial().is_none() {
@@ -312,6 +307,41 @@ where
                 }
             }
             return Ok(outcome);
+        }
+    }
+
+    /// A shadow policy's check of `key` in [`check_all`](Self::check_all), on `state`
+    /// first: counted if it has room. A state retired or expired under the check is
+    /// renewed and checked again, so the request is counted where the key now lives.
+    /// The decision, and the policy version that made it.
+    fn shadow_check<'g, Q>(
+        &'g self,
+        state: KeyState<'g>,
+        key: &Q,
+        now: &mut u64,
+        cost: u64,
+        guard: &'g Guard,
+    ) -> (Decision, &'g Policy)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let mut state = state;
+        loop {
+            let policy = state.policy();
+            let outcome = match policy.oversized(cost) {
+                Some(index) => Outcome::Decided(policy.never(index, state.room(policy, *now))),
+                None => state.check(policy, *now, cost, true),
+            };
+            if let Outcome::Decided(decision) = outcome {
+                return (decision, policy);
+            }
+            let hash = self.shared.table.hash(key);
+            match self.node_of(hash, key, now, guard) {
+                Ok(node) => state = node.state(),
+                // The table filled up meanwhile: the request was not counted for this key.
+                Err(Refused::Full) => return (Decision::too_many_keys(), policy),
+            }
         }
     }
 

@@ -296,6 +296,10 @@ struct Shard<K> {
     /// The latest time (ns) at which a node left this shard, swept, replaced or moved
     /// (module docs). Raised under the mutex, read by checks without it.
     floor: AtomicU64,
+    /// The hash of the key the mutex's holder is inserting (0 once it is done): a check
+    /// that finds the table full and the mutex busy waits for the mutex only if it is
+    /// inserting the same key ([`Table::insert`]).
+    inserting: AtomicU64,
 }
 
 impl<K> Shard<K> {
@@ -381,6 +385,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
                     slots: Atomic::null(),
                     writer: Mutex::new(Counts::default()),
                     floor: AtomicU64::new(0),
+                    inserting: AtomicU64::new(0),
                 })
             })
             .collect();
@@ -486,7 +491,9 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
         Q: Eq + ToOwned<Owned = K> + ?Sized,
     {
         let shard = self.shard(hash);
-        let mut counts = if self.is_full() {
+        // Acquire: pairs with the Release reservation below, of the insert that filled the
+        // table (see `TryLockError::WouldBlock`).
+        let mut counts = if self.live.load(Ordering::Acquire) >= self.max_keys {
             // A full table refuses a new key without waiting for the shard's mutex: under a key
             // spray that is nearly every request, and the legitimate keys' inserts into the
             // same shard must not queue behind it. A free mutex is still taken, so a key that
@@ -494,7 +501,23 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
             match shard.writer.try_lock() {
                 Ok(counts) => counts,
                 Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-                Err(TryLockError::WouldBlock) => return Err(Refused::Full),
+                Err(TryLockError::WouldBlock) => {
+                    // The holder may be inserting this very key, its reservation being what
+                    // filled the table: then wait for it and find the key. If the full
+                    // count read above came from that reservation or a later change of the
+                    // count (all RMWs, so in its release sequence), the Acquire load above
+                    // synchronized with it, so the hint stored before it, or a later one,
+                    // is read here; a hint stored later, or the one clearing it, is a
+                    // Release store after the holder's slot store, and this Acquire load
+                    // makes that slot visible to `get`. If the full count came from before
+                    // that reservation, the table was full without this key: refusing it
+                    // is the answer at that moment. Any other key is refused at once.
+                    if shard.inserting.load(Ordering::Acquire) == hash {
+                        shard.lock()
+                    } else {
+                        return self.get(hash, key, guard).ok_or(Refused::Full);
+                    }
+                }
             }
         } else {
             shard.lock()
@@ -508,13 +531,17 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
                 return Ok(node);
             }
         }
+        // Release: pairs with the Acquire load of a check that finds the mutex busy (above).
+        shard.inserting.store(hash, Ordering::Release);
         // Counted before it is inserted, and only if there is room: `len()` never exceeds
-        // `max_keys`, and no insert is refused for another's passing count.
-        // Relaxed: a counter; the shards' mutexes order the table itself.
-        let reserved = self.live.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |live| {
+        // `max_keys`, and no insert is refused for another's passing count. Release: pairs
+        // with the Acquire load of the count above, publishing the hint just stored.
+        let reserved = self.live.fetch_update(Ordering::Release, Ordering::Relaxed, |live| {
             (live < self.max_keys).then(|| live.saturating_add(1))
         });
         if reserved.is_err() {
+            // Release: as the clearing store below (nothing was published).
+            shard.inserting.store(0, Ordering::Release);
             return Err(Refused::Full);
         }
         // Relaxed: under the mutex, which orders every writer of the floor.
@@ -554,6 +581,9 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
         // Release pairs with the readers' Acquire load in `find`: the node's header and
         // counters, written above, are visible to whoever finds the node.
         slot.store(tagged(node, tag(hash)), Ordering::Release);
+        // Release: a check that reads this (the mutex busy, the table full) then finds the
+        // node stored just above.
+        shard.inserting.store(0, Ordering::Release);
         counts.live = counts.live.saturating_add(1);
         if was_empty {
             counts.used = counts.used.saturating_add(1);

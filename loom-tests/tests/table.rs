@@ -176,3 +176,27 @@ fn check_behind_the_sweepers_clock() {
         assert_eq!(used(&limiter, 1, 2), 1);
     });
 }
+
+/// Minor (a): two first checks of one key on a table that holds one key. One inserts it
+/// (its reservation of room fills the table) while holding the shard's mutex; the other,
+/// finding the table full and the mutex busy, must wait for that insert and count in the
+/// key, not be refused `TooManyKeys`. A truly new key is still refused at once.
+#[test]
+fn a_key_being_inserted_is_not_refused_as_too_many_keys() {
+    model(|| {
+        let clock = ManualClock::new();
+        let limiter =
+            Limiter::<u64>::builder().limit(Limit::per_second(5)).max_keys(1).clock(clock).build().unwrap();
+        let limiter = Arc::new(limiter);
+        let other = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || limiter.check(&9))
+        };
+        let mine = limiter.check(&9);
+        let other = other.join().unwrap();
+        assert!(mine.is_allowed() && other.is_allowed(), "{mine:?} {other:?}");
+        assert_eq!(limiter.len(), 1);
+        assert_eq!(used(&limiter, 9, 5), 2);
+        assert_eq!(limiter.check(&8).denial(), Some(slidegate::Denial::TooManyKeys));
+    });
+}
