@@ -214,7 +214,7 @@ impl Track {
                         self.admission(kind, key, r, min_b[i], &movers, stats);
                     }
                     let epoch = if ambiguous { AMBIGUOUS } else { epoch };
-                    hist.push(Hist { b: r.b, a: r.a, cost, epoch, configs: r.configs() });
+                    hist.push(Hist { b: r.b, a: r.a, cost, epoch, configs: r.configs(), multi: r.multi });
                 }
                 REFUSED => {
                     stats.refusals += 1;

@@ -48,6 +48,8 @@ pub struct Hist {
     pub epoch: u32,
     /// The configurations that may have decided it ([`crate::workload::Rec::configs`]).
     pub configs: u8,
+    /// Part of a `check_all`.
+    pub multi: bool,
 }
 
 /// The admission overlaps a reset of its key.
@@ -156,16 +158,19 @@ impl Scan {
             }
             if excess > 0 {
                 stats.over[l] += 1;
-                stats.example(|| format!(
-                    "{}: key {key}, limit {}: admission of {} at [{}, {}] over the bound by {excess} wherever \
-                     decided (least: {worst}; {} brackets around it)",
-                    kind.name,
-                    spec.describe(),
-                    x.cost,
-                    x.b,
-                    x.a,
-                    mates.len()
-                ));
+                stats.example(|| {
+                    format!(
+                        "{}: key {key}, limit {}: admission{} of {} at [{}, {}] over the bound by {excess} \
+                     wherever decided (least: {worst}; {} brackets around it)",
+                        kind.name,
+                        spec.describe(),
+                        if x.multi { " by check_all" } else { "" },
+                        x.cost,
+                        x.b,
+                        x.a,
+                        mates.len()
+                    )
+                });
             }
         }
     }
