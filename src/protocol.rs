@@ -72,7 +72,7 @@ pub(crate) trait Counter {
     /// The limit's words, empty at `now`: their initial values (`words` is the whole state).
     fn reset(words: &mut [u64], rule: &Rule, now: u64);
     fn view(state: &KeyState, rule: &Rule, now: u64, expired: bool) -> Self::View;
-    /// The view found the state retired under it (the check starts over on the map).
+    /// The view found the state retired under it (the check starts over on the table).
     fn retired(view: &Self::View) -> bool;
     fn admits(rule: &Rule, view: &Self::View, cost: u64) -> bool;
     /// Counts `cost` as of the view; `false` if the state changed since.
