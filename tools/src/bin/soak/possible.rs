@@ -26,7 +26,8 @@
 //!   rollback: the checker allows one per check that overlapped it and may have committed
 //!   on the key. A racing check that itself rolled back and committed again could land a
 //!   second one; the checker does not allow for it (it would show as a refusal with room,
-//!   a failure, not hide one).
+//!   a failure, not hide one). What a check left behind counts for its own later
+//!   attempts too: a check that starts over after such a rollback may see its own units.
 
 use crate::model::Unit;
 use crate::workload::{Kind, Model, Rec};
@@ -78,7 +79,7 @@ impl Adm {
         self.admitted > 0 || self.sa > next || (0..kind.specs.len()).any(|l| self.left_behind(kind, l) > 0)
     }
 
-    fn left_behind(&self, kind: &Kind, spec: usize) -> u64 {
+    pub fn left_behind(&self, kind: &Kind, spec: usize) -> u64 {
         if !self.rolls {
             return 0;
         }

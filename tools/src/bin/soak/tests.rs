@@ -95,3 +95,16 @@ fn gcra_admitting_more_than_the_burst_at_one_time_is_caught() {
     assert_eq!(stats.no_room, 1, "{:?}", stats.examples);
     assert!(stats.over[0] > 0);
 }
+
+#[test]
+fn gcra_check_all_refused_by_its_own_units_left_behind_is_no_refusal_with_room() {
+    // 16 units at 1 s: arrival time 1.32 s. A `check_all` commits 3 here (1.38 s), another
+    // check commits 1 (1.40 s), so the first one's rollback finds the word moved on and
+    // leaves its 3; it starts over and is refused: 1.40 + 0.06 − 0.4 = 1.06 s.
+    let kind = kind(Model::Gcra, 20);
+    let mut recs = admissions(16, S, 0);
+    recs.push(Rec { multi: true, cost: 3, ..rec(S, S, 32, 35, Some(60 * MS)) });
+    recs.push(rec(S, S, 33, 34, None));
+    let stats = check(&kind, recs, &[S]);
+    assert_eq!((stats.room, stats.short, stats.long), (0, 0, 0), "{:?}", stats.examples);
+}

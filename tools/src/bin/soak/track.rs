@@ -107,8 +107,10 @@ struct CacheKey {
     at: u64,
     cost: u64,
     configs: u8,
-    /// `upper`: the first and last sequence numbers of the checks ahead.
+    /// `upper`: the first and last sequence numbers of the checks ahead, and the units the
+    /// check may have left itself (per limit, packed).
     ahead: (u64, u64),
+    own: u64,
 }
 
 /// What the checker keeps per key of one limiter between records and rounds.
@@ -339,7 +341,10 @@ impl Track {
             .map(|(x, near)| Adm::of(x, false, Track::rolls(kind, x), near.committing))
             .collect();
         let lo = self.lower(kind, r);
-        let hi = self.upper(kind, r, &ahead, r.a);
+        // Its own earlier attempts (it rolls back, and may have started over after a
+        // rollback that left its units counted) may be in its last view too.
+        let own = Adm::of(r, false, Track::rolls(kind, r), around[i].committing);
+        let hi = self.upper(kind, r, &ahead, &own, r.a);
         let room = hi <= r.a && {
             // Every time the decision may have been taken at: each clock value the bracket
             // held (the check read one of them), and each slot start inside it (a sliding
@@ -354,7 +359,7 @@ impl Track {
                 }
             }
             times.len() < 256
-                && std::iter::once(r.b).chain(times).all(|t| self.upper(kind, r, &ahead, t) <= t)
+                && std::iter::once(r.b).chain(times).all(|t| self.upper(kind, r, &ahead, &own, t) <= t)
         };
         // A racing check that may have moved the key on: one read already, or one ahead that
         // may commit.
@@ -439,7 +444,16 @@ impl Track {
         let certain = |x: &&Adm| x.sure && x.admitted > 0 && x.sa < r.sb;
         let n = self.recent.iter().filter(certain).count();
         let (cost, configs) = (u64::from(r.cost), r.configs());
-        let key = CacheKey { upper: false, version: self.version, n, at: r.b, cost, configs, ahead: (0, 0) };
+        let key = CacheKey {
+            upper: false,
+            version: self.version,
+            n,
+            at: r.b,
+            cost,
+            configs,
+            ahead: (0, 0),
+            own: 0,
+        };
         self.cached(key, |t| {
             let sure = t.recent.iter().filter(certain);
             kind.specs
@@ -470,7 +484,7 @@ impl Track {
     /// then decides at that slot's start, which `refusal` tries as `at` too. GCRA adopts
     /// nothing: a check whose clock reading is older than units it sees computes the lag
     /// from its own reading, so they are placed at most at the bracket's end whatever `at`.
-    fn upper(&mut self, kind: &Kind, r: &Rec, ahead: &[Adm], at: u64) -> u64 {
+    fn upper(&mut self, kind: &Kind, r: &Rec, ahead: &[Adm], own: &Adm, at: u64) -> u64 {
         let (cost, configs) = (u64::from(r.cost), r.configs());
         let n = self.recent.iter().filter(|x| x.rolls && x.sa > r.sb).count();
         let compute = |t: &Track| {
@@ -480,7 +494,12 @@ impl Track {
                 .enumerate()
                 .map(|(l, spec)| {
                     let max = spec.max_lo(configs);
-                    let units = maybe.clone().map(|x| (x, x.maybe(kind, l, r.sb))).filter(|&(_, u)| u > 0);
+                    let left = (own, own.left_behind(kind, l));
+                    let units = maybe
+                        .clone()
+                        .map(|x| (x, x.maybe(kind, l, r.sb)))
+                        .chain(std::iter::once(left))
+                        .filter(|&(_, u)| u > 0);
                     if kind.model == Model::Gcra {
                         let units: Vec<Unit> = units.map(|(x, u)| unit(x, u)).collect();
                         let tat = gcra_upper(spec.interval(), t.tat0[l].1, &units, r.a);
@@ -496,7 +515,9 @@ impl Track {
         // `ahead` is every check that may commit with a sequence number between its first
         // and its last: those two name it.
         let ahead_is = ahead.first().zip(ahead.last()).map_or((0, 0), |(f, l)| (f.sb, l.sb));
-        let key = CacheKey { upper: true, version: self.version, n, at, cost, configs, ahead: ahead_is };
+        let own = (0..2).map(|l| if l < kind.specs.len() { own.left_behind(kind, l) } else { 0 });
+        let own = own.fold(0, |sum, units| (sum << 32) | units);
+        let key = CacheKey { upper: true, version: self.version, n, at, cost, configs, ahead: ahead_is, own };
         self.cached(key, compute)
     }
 
