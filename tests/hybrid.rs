@@ -18,7 +18,8 @@
 //! * what waits for a stalled sync stays within `max_keys`, and loses no unit of the keys
 //!   waiting;
 //! * rounds of key sprays beyond `max_keys` leave the heap where the first left it, and the
-//!   limit of a key in use still holds across replicas.
+//!   limit of a key in use still holds across replicas;
+//! * a sync ends while producers keep the queue full.
 //!
 //! The memory tests read a counting allocator's live bytes, so the trials run one at a
 //! time.
@@ -34,6 +35,8 @@ mod support {
     pub mod servers;
 }
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use slidegate::redis::{HybridLimiter, RedisLimiter};
@@ -103,6 +106,12 @@ fn main() -> std::process::ExitCode {
             0,
             || RedisServer::start(&[]),
             a_key_spray_beyond_max_keys_keeps_memory_bounded,
+        ),
+        trial(
+            "a_sync_ends_while_producers_keep_the_queue_full",
+            2,
+            || RedisServer::start(&[]),
+            a_sync_ends_while_producers_keep_the_queue_full,
         ),
     ];
     libtest_mimic::run(&args, trials).exit_code()
@@ -559,4 +568,62 @@ async fn while_redis_is_away_units_are_owed_per_key_and_all_arrive_when_it_is_ba
     for key in 0..3u64 {
         assert_eq!(10 - b.local().peek(&key).remaining() - 1, 3 + 1, "key {key}: b's view");
     }
+}
+
+/// Review finding 5: a sync drained the queue until it found it empty, and each entry it
+/// took made room for a producer to add one: with producers that keep up with the drain, one
+/// sync never ended (and never reached Redis). Here three producers top the queue up to just
+/// under `max_keys` (100,000) units as fast as the sync takes from it, for at most 15 s;
+/// the sync takes what waited when it began (at most `max_keys` entries) and ends while
+/// they are still at it.
+async fn a_sync_ends_while_producers_keep_the_queue_full(server: RedisServer) {
+    const MAX_KEYS: u64 = 100_000;
+    let clock = ManualClock::new();
+    let hybrid = Arc::new(
+        RedisLimiter::<u64>::builder()
+            .url(&server.url())
+            .limit(Limit::per_second(1_000_000_000))
+            .clock(clock)
+            .prefix(&prefix("drain"))
+            .max_keys(MAX_KEYS as usize)
+            .sync_interval(Duration::from_secs(3600))
+            .batch(u64::MAX)
+            .timeout(Duration::from_secs(5))
+            .build_hybrid()
+            .await
+            .unwrap(),
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let producers: Vec<_> = (0..3u64)
+        .map(|t| {
+            let (hybrid, stop) = (Arc::clone(&hybrid), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                let started = Instant::now();
+                let mut i = t;
+                while !stop.load(Ordering::Relaxed) && started.elapsed() < Duration::from_secs(15) {
+                    // Below the bound by more than the producers can overshoot: nothing spills.
+                    if hybrid.stats().pending_units < MAX_KEYS - 64 {
+                        assert!(hybrid.check(&(i % MAX_KEYS)).is_allowed());
+                        i += 3;
+                    }
+                }
+            })
+        })
+        .collect();
+    while hybrid.stats().pending_units < MAX_KEYS - 64 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let started = Instant::now();
+    hybrid.sync_now().await;
+    let took = started.elapsed();
+    let still_producing = producers.iter().any(|p| !p.is_finished());
+    stop.store(true, Ordering::Relaxed);
+    for p in producers {
+        p.join().unwrap();
+    }
+    let stats = hybrid.stats();
+    eprintln!("a sync with 3 producers keeping the queue full took {took:.2?}; {stats:?}");
+    assert!(still_producing, "the sync ended only once the producers stopped ({took:.2?})");
+    assert_eq!(stats.dropped_units, 0, "{stats:?}");
+    assert!(stats.last_sync_keys > 0, "{stats:?}");
 }

@@ -70,8 +70,10 @@ pub const DEFAULT_SYNC_KEYS: usize = 1024;
 /// units are then dropped). At most `max_keys` units (so at most `max_keys` admissions)
 /// wait in the queue for the next sync; while it is full (the syncs are behind), admissions
 /// are summed per key in a side table of at most `max_keys` keys, behind a mutex, and an
-/// admission of a key beyond that still counts locally but is never pushed. Units that no other replica will hear of are
-/// counted in [`SyncStats::dropped_units`].
+/// admission of a key beyond that still counts locally but is never pushed. A sync takes
+/// from the queue what waited when it began (at most `max_keys` entries), so producers
+/// that refill it as fast as it empties never keep a sync from reaching Redis. Units that
+/// no other replica will hear of are counted in [`SyncStats::dropped_units`].
 pub struct HybridLimiter<K> {
     shared: Arc<Shared<K>>,
     task: tokio::task::JoinHandle<()>,
@@ -333,9 +335,15 @@ where
 
     /// What waits for the sync, into `book`: the queue, then the side table. Returns the
     /// owed units of keys evicted to make room.
+    ///
+    /// At most `max_keys` entries from the queue: every one that waited when the drain began
+    /// (the queue never holds more, and pops are in order), not those that producers add
+    /// meanwhile, each pop making room for one more. Producers that keep up with the drain
+    /// would otherwise keep a sync here for ever; what they add waits for the next sync.
     fn drain(&self, book: &mut Book<K>, now: Instant) -> u64 {
         let mut dropped = 0u64;
-        while let Some((key, cost)) = self.queue.pop() {
+        for _ in 0..self.max_keys {
+            let Some((key, cost)) = self.queue.pop() else { break };
             // Relaxed: see `enqueue`.
             self.pending.fetch_sub(cost, Ordering::Relaxed);
             dropped = dropped.saturating_add(book.admit(&key, cost, now));
