@@ -19,6 +19,8 @@
 //!   waiting;
 //! * rounds of key sprays beyond `max_keys` leave the heap where the first left it, and the
 //!   limit of a key in use still holds across replicas;
+//! * a push Redis refuses for a passing reason (out of memory, too few replicas, a master
+//!   demoted to a replica) keeps its units owed until Redis takes writes again;
 //! * a sync ends while producers keep the queue full.
 //!
 //! The memory tests read a counting allocator's live bytes, so the trials run one at a
@@ -106,6 +108,12 @@ fn main() -> std::process::ExitCode {
             0,
             || RedisServer::start(&[]),
             a_key_spray_beyond_max_keys_keeps_memory_bounded,
+        ),
+        trial(
+            "units_redis_cannot_take_for_now_stay_owed_until_it_can",
+            0,
+            || Ok((RedisServer::start(&[])?, RedisServer::start(&[])?)),
+            units_redis_cannot_take_for_now_stay_owed_until_it_can,
         ),
         trial(
             "a_sync_ends_while_producers_keep_the_queue_full",
@@ -567,6 +575,72 @@ async fn while_redis_is_away_units_are_owed_per_key_and_all_arrive_when_it_is_ba
     }
     for key in 0..3u64 {
         assert_eq!(10 - b.local().peek(&key).remaining() - 1, 3 + 1, "key {key}: b's view");
+    }
+}
+
+/// Review finding 1: a push that Redis refused for a passing reason (out of memory under
+/// `noeviction`, too few replicas for `min-replicas-to-write`, a master just demoted to a
+/// replica) was taken for a key Redis refuses for good: its units were dropped and the key
+/// forgotten, so no other replica heard of them. They stay owed, nothing is dropped, and
+/// once Redis takes writes again every unit arrives and the other replica hears of it.
+async fn units_redis_cannot_take_for_now_stay_owed_until_it_can((server, other): (RedisServer, RedisServer)) {
+    let clock = ManualClock::new();
+    let prefix = prefix("passing");
+    let (a, b) = (replica(&server, &prefix, &clock).await, replica(&server, &prefix, &clock).await);
+    // A first sync loads the script while the server takes everything.
+    assert!(a.check(&1_000).is_allowed());
+    a.sync_now().await;
+    let port = server.port;
+    let demote = format!("REPLICAOF 127.0.0.1 {}", other.port);
+    let states: [(&str, Vec<&str>, Vec<&str>); 3] = [
+        (
+            "out of memory",
+            vec!["CONFIG SET maxmemory-policy noeviction", "CONFIG SET maxmemory 1"],
+            vec!["CONFIG SET maxmemory 0"],
+        ),
+        (
+            "too few replicas",
+            vec!["CONFIG SET min-replicas-to-write 1"],
+            vec!["CONFIG SET min-replicas-to-write 0"],
+        ),
+        // Last: the demoted server may load its master's (empty) data set.
+        ("demoted to a replica", vec![demote.as_str()], vec!["REPLICAOF NO ONE"]),
+    ];
+    for (phase, (state, enter, leave)) in states.iter().enumerate() {
+        let keys: Vec<u64> = (0..3).map(|k| phase as u64 * 10 + k).collect();
+        for key in &keys {
+            for _ in 0..2 {
+                assert!(a.check(key).is_allowed());
+            }
+        }
+        for command in enter {
+            assert_eq!(redis_command(port, command).as_deref(), Some("+OK\r\n"), "{state}: {command}");
+        }
+        a.sync_now().await;
+        let stats = a.stats();
+        eprintln!("{state}: a sync leaves {stats:?}");
+        assert_eq!(
+            (stats.owing_keys, stats.owed_units, stats.dropped_units),
+            (3, 6, 0),
+            "{state}: {stats:?}"
+        );
+        for command in leave {
+            assert_eq!(redis_command(port, command).as_deref(), Some("+OK\r\n"), "{state}: {command}");
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while a.stats().owed_units > 0 {
+            assert!(Instant::now() < deadline, "{state}: the owed units never arrived: {:?}", a.stats());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            a.sync_now().await;
+        }
+        assert_eq!(a.stats().dropped_units, 0, "{state}");
+        for key in &keys {
+            assert!(b.check(key).is_allowed());
+        }
+        b.sync_now().await;
+        for key in &keys {
+            assert_eq!(10 - b.local().peek(key).remaining() - 1, 2 + 1, "{state}, key {key}: b's view");
+        }
     }
 }
 

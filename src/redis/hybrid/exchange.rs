@@ -4,12 +4,14 @@
 //! On a standalone server a call is one script call for all its keys (one round trip). On
 //! a Cluster, whose keys live on different nodes (a script call may only touch one slot),
 //! each key is its own call, and a call's keys are sent together. A call that fails with a
-//! transient error (no connection, a timeout, a server loading or busy) ends the sync: its
-//! keys and the rest wait for the next one. A call that fails with an error retrying cannot
-//! change (an entry whose `:book` holds another type makes the whole script fail) is split
-//! into one call per key, so that one poisoned key never holds back the keys it shares a
-//! call with; the poisoned key's owed units are dropped (and counted) and the key is
-//! forgotten.
+//! transient error (no connection, a timeout, a server loading or busy, or refusing writes
+//! for now: out of memory under `noeviction`, a replica after a failover, too few replicas,
+//! a failed save) ends the sync: its keys and the rest keep their units and wait for the
+//! next one. Only an error retrying cannot change drops a key's units (counted) and
+//! forgets the key: the script's entry error for a `:book` of another type (or a total
+//! that would overflow), which fails that key alone, or a call that fails with such an error,
+//! which is split into one call per key so that one poisoned key never holds back the keys it
+//! shares a call with.
 
 use std::fmt;
 use std::hash::Hash;
