@@ -21,6 +21,9 @@
 //!   limit of a key in use still holds across replicas;
 //! * a push Redis refuses for a passing reason (out of memory, too few replicas, a master
 //!   demoted to a replica) keeps its units owed until Redis takes writes again;
+//! * a key a replica sees again after evicting it (or a replica sees for the first time)
+//!   counts what the key's window in Redis holds, not its running total: it is not refused
+//!   for a window while the fleet's count is below `max`, and admits no more than is left;
 //! * a sync ends while producers keep the queue full.
 //!
 //! The memory tests read a counting allocator's live bytes, so the trials run one at a
@@ -114,6 +117,12 @@ fn main() -> std::process::ExitCode {
             0,
             || Ok((RedisServer::start(&[])?, RedisServer::start(&[])?)),
             units_redis_cannot_take_for_now_stay_owed_until_it_can,
+        ),
+        trial(
+            "a_key_back_after_eviction_counts_its_window_not_its_running_total",
+            0,
+            || RedisServer::start(&[]),
+            a_key_back_after_eviction_counts_its_window_not_its_running_total,
         ),
         trial(
             "a_sync_ends_while_producers_keep_the_queue_full",
@@ -642,6 +651,76 @@ async fn units_redis_cannot_take_for_now_stay_owed_until_it_can((server, other):
             assert_eq!(10 - b.local().peek(key).remaining() - 1, 2 + 1, "{state}, key {key}: b's view");
         }
     }
+}
+
+/// Review finding 2: a replica's first sync of a key counted everything in Redis's running
+/// total for it (every unit pushed since the key's bookkeeping last expired, which a key in
+/// steady use never lets happen) as current. Here `b` admits 5 units of `k` every 6 s for 10
+/// minutes (50 in any minute, 500 in all) at 100 per minute; `a` used `k` once, hears of
+/// `b`'s units, evicts `k` at `max_keys` (a spray of new keys), and sees it again: its first
+/// sync recorded 501 units and refused `k` for a minute although the minute held 51. It
+/// records what the key's window in Redis holds beyond what its own view holds: it admits
+/// what the window leaves (49), and no more. A replica that has never seen the key (`c`)
+/// counts the whole window.
+async fn a_key_back_after_eviction_counts_its_window_not_its_running_total(server: RedisServer) {
+    const MAX: u64 = 100;
+    let clock = ManualClock::new();
+    let prefix = prefix("back");
+    let build = |max_keys: usize| {
+        RedisLimiter::<String>::builder()
+            .url(&server.url())
+            .limit(Limit::per_minute(MAX).precision(Duration::from_secs(1)).strict())
+            .clock(clock.clone())
+            .prefix(&prefix)
+            .max_keys(max_keys)
+            .sync_interval(Duration::from_secs(3600))
+            .batch(u64::MAX)
+            .timeout(Duration::from_secs(5))
+            .build_hybrid()
+    };
+    let (a, b) = (build(10).await.unwrap(), build(1000).await.unwrap());
+    let k = "k".to_owned();
+    // `k` first: the least recently admitted of `a`'s ten keys.
+    assert!(a.check(&k).is_allowed());
+    for f in 0..9 {
+        assert!(a.check(&format!("f{f}")).is_allowed());
+    }
+    a.sync_now().await;
+    for _ in 0..100 {
+        for _ in 0..5 {
+            assert!(b.check(&k).is_allowed());
+        }
+        b.sync_now().await;
+        a.sync_now().await;
+        clock.advance(Duration::from_secs(6));
+    }
+    // Ten minutes on: `a`'s fillers are out of their window, `k` holds what `a` heard.
+    assert_eq!(a.local().sweep(), 9);
+    for g in 0..9 {
+        assert!(a.check(&format!("g{g}")).is_allowed());
+    }
+    a.sync_now().await;
+    let stats = a.stats();
+    assert_eq!((stats.keys, stats.owed_units, stats.dropped_units), (10, 0, 0), "{stats:?}");
+    // `k` again on `a`, which evicted it: its first sync since.
+    assert!(a.check(&k).is_allowed());
+    a.sync_now().await;
+    let admitted = (0..MAX).filter(|_| a.check(&k).is_allowed()).count() as u64;
+    eprintln!(
+        "k back on a after its eviction: {admitted} more admitted (the window held 50 of b's and 1 of a's)"
+    );
+    assert!(admitted >= 40, "k refused on a after its first sync since the eviction: {admitted} admitted");
+    assert!(admitted <= MAX - 50 - 1, "a admitted {admitted}: beyond what the window left");
+    // A replica new to `k`: its first sync counts the window, now full.
+    a.sync_now().await;
+    let c = build(1000).await.unwrap();
+    assert!(c.check(&k).is_allowed(), "before its first sync a replica knows only its own units");
+    c.sync_now().await;
+    assert!(
+        !c.check(&k).is_allowed(),
+        "c's first sync did not count the window's {} units",
+        50 + 1 + admitted
+    );
 }
 
 /// Review finding 5: a sync drained the queue until it found it empty, and each entry it

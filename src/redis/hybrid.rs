@@ -30,16 +30,23 @@ pub const DEFAULT_SYNC_KEYS: usize = 1024;
 /// Each replica admits from its own in-process [`Limiter`] (the same lock-free check, no
 /// network on the request path) and remembers what it admitted in a lock-free queue. Every
 /// `sync_interval` (default 50 ms), or as soon as `batch` units are pending, a background
-/// task adds the replica's admitted units to the key's total in Redis and reads back what
-/// the other replicas added since the last sync, which it [`record`](Limiter::record)s into
-/// the local limiter: each replica's windows then hold every replica's units, up to one
-/// sync interval late.
+/// task adds the replica's admitted units to the key's total in Redis (and to the key's
+/// sliding windows there, the ones [`RedisLimiter`](super::RedisLimiter) keeps) and reads
+/// back what the other replicas added since the last sync, which it
+/// [`record`](Limiter::record)s into the local limiter: each replica's windows then hold
+/// every replica's units, up to one sync interval late. A replica's first sync of a key (a
+/// key new to it, idle for the TTL, or evicted at `max_keys`, or a restart) records what
+/// the key's windows in Redis hold beyond what its own view holds, not Redis's running
+/// total: it admits what the fleet's window leaves, and is refused only once that is full
+/// (exact with one limit; with several, Redis's fullest window is set against the view's
+/// tightest limit, which can hold a shorter limit full for one of its windows).
 ///
 /// **The bound.** Between two syncs a replica does not see the others' admissions, so
 /// across `R` replicas a key can get, in any window, `max` plus what the other replicas
 /// admitted in the sync interval they had not yet heard of: at most `(R − 1) × r × sync`
 /// extra units when each replica admits at a rate `r`, and at most `(R − 1) × max` when the
-/// key is new everywhere and bursts on all replicas at once (nobody has heard of anybody).
+/// key is new everywhere and bursts on all replicas at once (nobody has heard of anybody),
+/// or bursts on a replica before that replica's first sync of it.
 /// Units arrive at the other replicas at sync time rather than at their admission time, so
 /// they also leave those windows up to one interval late (conservative). A push whose reply
 /// is lost (a timeout) is pushed again with the next sync, so Redis may count it twice
