@@ -737,8 +737,9 @@ async fn checks_the_fallback_decided_during_a_stall_are_not_run_against_redis_af
 /// Review finding 3 (memory): the queue of checks waiting for a call had no bound, so while
 /// Redis stalled it grew by every check. It holds at most 4,096: with Redis paused, of
 /// 6,000 checks at once (each allowed 10 s), those beyond the queue and the two calls in
-/// flight are answered by the fallback at once, while Redis is still paused; the queued
-/// ones are decided by Redis once it answers.
+/// flight are answered by the fallback at once, while Redis is still paused (all but one:
+/// the check that takes the fallback's debt to repay it waits for Redis); the queued ones
+/// are decided by Redis once it answers.
 async fn a_full_batch_queue_is_answered_by_the_fallback_at_once(server: RedisServer) {
     const CHECKS: usize = 6000;
     let limiter = Arc::new(
@@ -767,13 +768,16 @@ async fn a_full_batch_queue_is_answered_by_the_fallback_at_once(server: RedisSer
         "{at_once} of {CHECKS} answered by the fallback while Redis was paused, {by_redis} by Redis after"
     );
     assert!(
-        at_once >= CHECKS - 4096 - 2 * 64,
+        at_once >= CHECKS - 4096 - 2 * 64 - 1,
         "only {at_once} of {CHECKS} checks answered at once: the queue is unbounded"
     );
     let mut kinds = std::collections::BTreeMap::new();
     for &(by, allowed, paused) in &decided {
         *kinds.entry(format!("{by:?} allowed {allowed} paused {paused}")).or_insert(0) += 1;
     }
-    assert_eq!(at_once + by_redis, CHECKS, "{kinds:?}");
-    assert!(decided.iter().all(|&(_, allowed, _)| allowed));
+    assert!(
+        decided.iter().all(|&(by, allowed, paused)| allowed && !(paused && by == DecidedBy::Server)),
+        "{kinds:?}"
+    );
+    assert!(by_redis >= 4096, "{kinds:?}");
 }
