@@ -14,7 +14,8 @@
 //! (at most `(c − 1) × cost` for `c` concurrent checks of the key); and with several limits
 //! there is no atomic admission across them (each is incremented after the decision, none
 //! is rolled back). Time is the caller's (memcached has no clock to lend). The fallback
-//! when memcached fails or times out is the Redis backend's [`Fallback`]; under
+//! when memcached fails or times out is the Redis backend's [`Fallback`] (a cost above a
+//! limit's `max` is `CostTooLarge` under each of them, as with memcached up); under
 //! [`Fallback::Local`] its in-process limiter holds at most
 //! [`max_keys`](MemcachedLimiterBuilder::max_keys) keys (default [`DEFAULT_MAX_KEYS`]), and
 //! refuses a new key beyond that with `Denial::TooManyKeys`.
@@ -439,13 +440,21 @@ where
         self.local.as_ref()
     }
 
+    /// The fallback's decision. A cost above a limit's `max` is `CostTooLarge` whichever
+    /// fallback decides (the local limiter answers it so itself): no path admits what no
+    /// window can hold, and "retry later" would never help.
     fn fall_back(&self, key: &K, cost: u64) -> Checked {
+        let too_large = self.buckets.iter().position(|b| cost > b.max);
         match (self.fallback, &self.local) {
             (Fallback::Local, Some(local)) => Checked::new(local.check_n(key, cost), DecidedBy::Local),
-            (Fallback::Closed, _) => {
-                Checked::new(Decision::limited(0, 0, 1_000_000_000), DecidedBy::FailClosed)
-            }
-            _ => Checked::new(Decision::allowed(0, 0), DecidedBy::FailOpen),
+            (Fallback::Closed, _) => match too_large {
+                Some(limit) => Checked::new(Decision::cost_too_large(limit, 0), DecidedBy::FailClosed),
+                None => Checked::new(Decision::limited(0, 0, 1_000_000_000), DecidedBy::FailClosed),
+            },
+            _ => match too_large {
+                Some(limit) => Checked::new(Decision::cost_too_large(limit, 0), DecidedBy::FailOpen),
+                None => Checked::new(Decision::allowed(0, 0), DecidedBy::FailOpen),
+            },
         }
     }
 

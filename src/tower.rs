@@ -363,8 +363,9 @@ where
     }
 
     /// Match routes without regard to ASCII case (`/LOGIN` is under `/login`), for
-    /// upstreams that route that way; off by default (axum, hyper and most routers are
-    /// case-sensitive). Set it before adding routes.
+    /// upstreams that route that way (Express and ASP.NET Core do by default); off by
+    /// default, as axum, hyper, actix-web and nginx locations are case-sensitive. Set it
+    /// before adding routes.
     ///
     /// ```
     /// use slidegate::tower::{PathKey, RateLimitLayer};

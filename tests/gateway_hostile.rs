@@ -196,14 +196,16 @@ async fn a_repeated_key_header_is_refused() {
     let addr = serve(app.layer(layer)).await;
     let doubled = "authorization: Bearer FRESH-1\r\nauthorization: Bearer VICTIM\r\n";
     assert_eq!(status(addr, "/", doubled).await, 400);
-    let (app, _) = counting_upstream();
+    assert_eq!(reached.load(Ordering::SeqCst), 0, "the doubled Authorization reached the upstream");
+    let (app, reached2) = counting_upstream();
     let layer =
         RateLimitLayer::new("keys", limiter::<Vec<u8>>(3, &clock), HeaderKey::new("x-api-key").unwrap())
             .unwrap();
     let addr2 = serve(app.layer(layer)).await;
     assert_eq!(status(addr2, "/", "x-api-key: a\r\nX-Api-Key: b\r\n").await, 400);
+    assert_eq!(reached2.load(Ordering::SeqCst), 0, "the doubled x-api-key reached the upstream");
     assert_eq!(status(addr2, "/", "x-api-key: a, b\r\n").await, 200, "one line is one value");
-    assert_eq!(reached.load(Ordering::SeqCst), 0);
+    assert_eq!(reached2.load(Ordering::SeqCst), 1, "only the one-line request reached the upstream");
 }
 
 #[tokio::test]

@@ -18,7 +18,13 @@
 //! * what waits for a stalled sync stays within `max_keys`, and loses no unit of the keys
 //!   waiting;
 //! * rounds of key sprays beyond `max_keys` leave the heap where the first left it, and the
-//!   limit of a key in use still holds across replicas.
+//!   limit of a key in use still holds across replicas;
+//! * a push Redis refuses for a passing reason (out of memory, too few replicas, a master
+//!   demoted to a replica) keeps its units owed until Redis takes writes again;
+//! * a key a replica sees again after evicting it (or a replica sees for the first time)
+//!   counts what the key's window in Redis holds, not its running total: it is not refused
+//!   for a window while the fleet's count is below `max`, and admits no more than is left;
+//! * a sync ends while producers keep the queue full.
 //!
 //! The memory tests read a counting allocator's live bytes, so the trials run one at a
 //! time.
@@ -34,6 +40,8 @@ mod support {
     pub mod servers;
 }
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use slidegate::redis::{HybridLimiter, RedisLimiter};
@@ -103,6 +111,24 @@ fn main() -> std::process::ExitCode {
             0,
             || RedisServer::start(&[]),
             a_key_spray_beyond_max_keys_keeps_memory_bounded,
+        ),
+        trial(
+            "units_redis_cannot_take_for_now_stay_owed_until_it_can",
+            0,
+            || Ok((RedisServer::start(&[])?, RedisServer::start(&[])?)),
+            units_redis_cannot_take_for_now_stay_owed_until_it_can,
+        ),
+        trial(
+            "a_key_back_after_eviction_counts_its_window_not_its_running_total",
+            0,
+            || RedisServer::start(&[]),
+            a_key_back_after_eviction_counts_its_window_not_its_running_total,
+        ),
+        trial(
+            "a_sync_ends_while_producers_keep_the_queue_full",
+            2,
+            || RedisServer::start(&[]),
+            a_sync_ends_while_producers_keep_the_queue_full,
         ),
     ];
     libtest_mimic::run(&args, trials).exit_code()
@@ -559,4 +585,198 @@ async fn while_redis_is_away_units_are_owed_per_key_and_all_arrive_when_it_is_ba
     for key in 0..3u64 {
         assert_eq!(10 - b.local().peek(&key).remaining() - 1, 3 + 1, "key {key}: b's view");
     }
+}
+
+/// Review finding 1: a push that Redis refused for a passing reason (out of memory under
+/// `noeviction`, too few replicas for `min-replicas-to-write`, a master just demoted to a
+/// replica) was taken for a key Redis refuses for good: its units were dropped and the key
+/// forgotten, so no other replica heard of them. They stay owed, nothing is dropped, and
+/// once Redis takes writes again every unit arrives and the other replica hears of it.
+async fn units_redis_cannot_take_for_now_stay_owed_until_it_can((server, other): (RedisServer, RedisServer)) {
+    let clock = ManualClock::new();
+    let prefix = prefix("passing");
+    let (a, b) = (replica(&server, &prefix, &clock).await, replica(&server, &prefix, &clock).await);
+    // A first sync loads the script while the server takes everything.
+    assert!(a.check(&1_000).is_allowed());
+    a.sync_now().await;
+    let port = server.port;
+    let demote = format!("REPLICAOF 127.0.0.1 {}", other.port);
+    let states: [(&str, Vec<&str>, Vec<&str>); 3] = [
+        (
+            "out of memory",
+            vec!["CONFIG SET maxmemory-policy noeviction", "CONFIG SET maxmemory 1"],
+            vec!["CONFIG SET maxmemory 0"],
+        ),
+        (
+            "too few replicas",
+            vec!["CONFIG SET min-replicas-to-write 1"],
+            vec!["CONFIG SET min-replicas-to-write 0"],
+        ),
+        // Last: the demoted server may load its master's (empty) data set.
+        ("demoted to a replica", vec![demote.as_str()], vec!["REPLICAOF NO ONE"]),
+    ];
+    for (phase, (state, enter, leave)) in states.iter().enumerate() {
+        let keys: Vec<u64> = (0..3).map(|k| phase as u64 * 10 + k).collect();
+        for key in &keys {
+            for _ in 0..2 {
+                assert!(a.check(key).is_allowed());
+            }
+        }
+        for command in enter {
+            assert_eq!(redis_command(port, command).as_deref(), Some("+OK\r\n"), "{state}: {command}");
+        }
+        a.sync_now().await;
+        let stats = a.stats();
+        eprintln!("{state}: a sync leaves {stats:?}");
+        assert_eq!(
+            (stats.owing_keys, stats.owed_units, stats.dropped_units),
+            (3, 6, 0),
+            "{state}: {stats:?}"
+        );
+        for command in leave {
+            assert_eq!(redis_command(port, command).as_deref(), Some("+OK\r\n"), "{state}: {command}");
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while a.stats().owed_units > 0 {
+            assert!(Instant::now() < deadline, "{state}: the owed units never arrived: {:?}", a.stats());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            a.sync_now().await;
+        }
+        assert_eq!(a.stats().dropped_units, 0, "{state}");
+        for key in &keys {
+            assert!(b.check(key).is_allowed());
+        }
+        b.sync_now().await;
+        for key in &keys {
+            assert_eq!(10 - b.local().peek(key).remaining() - 1, 2 + 1, "{state}, key {key}: b's view");
+        }
+    }
+}
+
+/// Review finding 2: a replica's first sync of a key counted everything in Redis's running
+/// total for it (every unit pushed since the key's bookkeeping last expired, which a key in
+/// steady use never lets happen) as current. Here `b` admits 5 units of `k` every 6 s for 10
+/// minutes (50 in any minute, 500 in all) at 100 per minute; `a` used `k` once, hears of
+/// `b`'s units, evicts `k` at `max_keys` (a spray of new keys), and sees it again: its first
+/// sync recorded 501 units and refused `k` for a minute although the minute held 51. It
+/// records what the key's window in Redis holds beyond what its own view holds: it admits
+/// what the window leaves (49), and no more. A replica that has never seen the key (`c`)
+/// counts the whole window.
+async fn a_key_back_after_eviction_counts_its_window_not_its_running_total(server: RedisServer) {
+    const MAX: u64 = 100;
+    let clock = ManualClock::new();
+    let prefix = prefix("back");
+    let build = |max_keys: usize| {
+        RedisLimiter::<String>::builder()
+            .url(&server.url())
+            .limit(Limit::per_minute(MAX).precision(Duration::from_secs(1)).strict())
+            .clock(clock.clone())
+            .prefix(&prefix)
+            .max_keys(max_keys)
+            .sync_interval(Duration::from_secs(3600))
+            .batch(u64::MAX)
+            .timeout(Duration::from_secs(5))
+            .build_hybrid()
+    };
+    let (a, b) = (build(10).await.unwrap(), build(1000).await.unwrap());
+    let k = "k".to_owned();
+    // `k` first: the least recently admitted of `a`'s ten keys.
+    assert!(a.check(&k).is_allowed());
+    for f in 0..9 {
+        assert!(a.check(&format!("f{f}")).is_allowed());
+    }
+    a.sync_now().await;
+    for _ in 0..100 {
+        for _ in 0..5 {
+            assert!(b.check(&k).is_allowed());
+        }
+        b.sync_now().await;
+        a.sync_now().await;
+        clock.advance(Duration::from_secs(6));
+    }
+    // Ten minutes on: `a`'s fillers are out of their window, `k` holds what `a` heard.
+    assert_eq!(a.local().sweep(), 9);
+    for g in 0..9 {
+        assert!(a.check(&format!("g{g}")).is_allowed());
+    }
+    a.sync_now().await;
+    let stats = a.stats();
+    assert_eq!((stats.keys, stats.owed_units, stats.dropped_units), (10, 0, 0), "{stats:?}");
+    // `k` again on `a`, which evicted it: its first sync since.
+    assert!(a.check(&k).is_allowed());
+    a.sync_now().await;
+    let admitted = (0..MAX).filter(|_| a.check(&k).is_allowed()).count() as u64;
+    eprintln!(
+        "k back on a after its eviction: {admitted} more admitted (the window held 50 of b's and 1 of a's)"
+    );
+    assert!(admitted >= 40, "k refused on a after its first sync since the eviction: {admitted} admitted");
+    assert!(admitted < MAX - 50, "a admitted {admitted}: beyond what the window left (49)");
+    // A replica new to `k`: its first sync counts the window, now full.
+    a.sync_now().await;
+    let c = build(1000).await.unwrap();
+    assert!(c.check(&k).is_allowed(), "before its first sync a replica knows only its own units");
+    c.sync_now().await;
+    assert!(
+        !c.check(&k).is_allowed(),
+        "c's first sync did not count the window's {} units",
+        50 + 1 + admitted
+    );
+}
+
+/// Review finding 5: a sync drained the queue until it found it empty, and each entry it
+/// took made room for a producer to add one: with producers that keep up with the drain, one
+/// sync never ended (and never reached Redis). Here three producers top the queue up to just
+/// under `max_keys` (20,000) units as fast as the sync takes from it, for at most 30 s;
+/// the sync takes what waited when it began (at most `max_keys` entries) and ends while
+/// they are still at it.
+async fn a_sync_ends_while_producers_keep_the_queue_full(server: RedisServer) {
+    const MAX_KEYS: u64 = 20_000;
+    let clock = ManualClock::new();
+    let hybrid = Arc::new(
+        RedisLimiter::<u64>::builder()
+            .url(&server.url())
+            .limit(Limit::per_second(1_000_000_000))
+            .clock(clock)
+            .prefix(&prefix("drain"))
+            .max_keys(MAX_KEYS as usize)
+            .sync_interval(Duration::from_secs(3600))
+            .batch(u64::MAX)
+            .timeout(Duration::from_secs(5))
+            .build_hybrid()
+            .await
+            .unwrap(),
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let producers: Vec<_> = (0..3u64)
+        .map(|t| {
+            let (hybrid, stop) = (Arc::clone(&hybrid), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                let started = Instant::now();
+                let mut i = t;
+                while !stop.load(Ordering::Relaxed) && started.elapsed() < Duration::from_secs(30) {
+                    // Below the bound by more than the producers can overshoot: nothing spills.
+                    if hybrid.stats().pending_units < MAX_KEYS - 64 {
+                        assert!(hybrid.check(&(i % MAX_KEYS)).is_allowed());
+                        i += 3;
+                    }
+                }
+            })
+        })
+        .collect();
+    while hybrid.stats().pending_units < MAX_KEYS - 64 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let started = Instant::now();
+    hybrid.sync_now().await;
+    let took = started.elapsed();
+    let still_producing = producers.iter().any(|p| !p.is_finished());
+    stop.store(true, Ordering::Relaxed);
+    for p in producers {
+        p.join().unwrap();
+    }
+    let stats = hybrid.stats();
+    eprintln!("a sync with 3 producers keeping the queue full took {took:.2?}; {stats:?}");
+    assert!(still_producing, "the sync ended only once the producers stopped ({took:.2?})");
+    assert_eq!(stats.dropped_units, 0, "{stats:?}");
+    assert!(stats.last_sync_keys > 0, "{stats:?}");
 }

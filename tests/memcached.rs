@@ -60,6 +60,12 @@ fn main() -> std::process::ExitCode {
             a_vanished_memcached_is_answered_by_the_fallback,
         ),
         trial(
+            "an_absurd_cost_is_cost_too_large_with_memcached_away",
+            0,
+            Memcached::start,
+            an_absurd_cost_is_cost_too_large_with_memcached_away,
+        ),
+        trial(
             "a_spray_through_the_fallback_stays_within_max_keys",
             0,
             Memcached::start,
@@ -209,6 +215,39 @@ async fn a_vanished_memcached_is_answered_by_the_fallback(server: Memcached) {
     assert!(started.elapsed() < Duration::from_millis(400));
     assert_eq!(closed.check(&1).await.decided_by(), DecidedBy::FailClosed);
     assert_eq!(open.check(&1).await.decided_by(), DecidedBy::FailOpen);
+}
+
+/// Review finding 4: with memcached away, `Fallback::Open` admitted `check_n(k, u64::MAX)`
+/// and `Fallback::Closed` refused it as `Limit` (retry later, which never helps). A cost
+/// above a limit's `max` is `CostTooLarge` whoever decides, as it is with memcached up.
+async fn an_absurd_cost_is_cost_too_large_with_memcached_away(server: Memcached) {
+    let build = |fallback| {
+        MemcachedLimiter::<u64>::builder()
+            .addr(&server.addr)
+            .limit(Limit::per_minute(5))
+            .limit(Limit::per_hour(100))
+            .prefix(&prefix("cost"))
+            .timeout(Duration::from_millis(200))
+            .fallback(fallback)
+            .build()
+            .unwrap()
+    };
+    let limiters = [build(Fallback::Open), build(Fallback::Closed), build(Fallback::Local)];
+    for limiter in &limiters {
+        let d = limiter.check_n(&1, 6).await;
+        assert_eq!((d.decided_by(), d.denial()), (DecidedBy::Server, Some(Denial::CostTooLarge(0))), "{d:?}");
+    }
+    drop(server);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    for (limiter, by) in limiters.iter().zip([DecidedBy::FailOpen, DecidedBy::FailClosed, DecidedBy::Local]) {
+        for cost in [u64::MAX, 101, 6] {
+            let d = limiter.check_n(&1, cost).await;
+            let what = format!("{by:?}, cost {cost}: {d:?}");
+            assert_eq!((d.decided_by(), d.denial()), (by, Some(Denial::CostTooLarge(0))), "{what}");
+            assert_eq!(d.retry_after(), None, "{what}");
+        }
+        assert!(limiter.check(&1).await.decided_by() == by);
+    }
 }
 
 /// Finding 7: `Fallback::Local`'s in-process limiter had no `max_keys`, so while memcached

@@ -9,7 +9,10 @@
 //! * costs: `u64::MAX` is `CostTooLarge` on every path, and a poisoned check never fails
 //!   the honest checks batched with it;
 //! * the module declares every key it touches (ACLs and Cluster slot checks see them all),
-//!   caps what one call may allocate, and answers a bad entry on its own.
+//!   caps what one call may allocate, and answers a bad entry on its own;
+//! * while Redis stalls (it accepts connections but answers nothing), checks that find the
+//!   batch queue full are answered by the fallback at once, and the checks the fallback
+//!   decided are not run against Redis once it answers again.
 //!
 //! A `libtest-mimic` binary (`harness = false`), as `tests/redis.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -19,7 +22,7 @@ mod support {
     pub mod servers;
 }
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -111,6 +114,18 @@ fn main() -> std::process::ExitCode {
             0,
             with_module,
             an_oversized_call_is_refused_and_allocates_nothing,
+        ),
+        trial(
+            "checks_the_fallback_decided_during_a_stall_are_not_run_against_redis_after_it",
+            2,
+            || RedisServer::start(&[]),
+            checks_the_fallback_decided_during_a_stall_are_not_run_against_redis_after_it,
+        ),
+        trial(
+            "a_full_batch_queue_is_answered_by_the_fallback_at_once",
+            2,
+            || RedisServer::start(&[]),
+            a_full_batch_queue_is_answered_by_the_fallback_at_once,
         ),
     ])
 }
@@ -644,4 +659,125 @@ async fn an_oversized_call_is_refused_and_allocates_nothing(server: RedisServer)
             .unwrap();
     assert!(reply.starts_with("*5\r\n:0\r\n"), "{reply:?}");
     assert_eq!(redis_command(port, "STRLEN big").as_deref(), Some(":230664\r\n"));
+}
+
+/// The checks of one key, `n` of them at once, each in a task of its own; `paused` read as
+/// each one returns.
+async fn checks_at_once(
+    limiter: &Arc<RedisLimiter<String>>,
+    n: usize,
+    paused: &Arc<AtomicBool>,
+) -> Vec<(DecidedBy, bool, bool)> {
+    let tasks: Vec<_> = (0..n)
+        .map(|_| {
+            let (limiter, paused) = (Arc::clone(limiter), Arc::clone(paused));
+            tokio::spawn(async move {
+                let d = limiter.check(&"honest".to_owned()).await;
+                (d.decided_by(), d.is_allowed(), paused.load(Ordering::SeqCst))
+            })
+        })
+        .collect();
+    let mut out = Vec::with_capacity(n);
+    for task in tasks {
+        out.push(task.await.unwrap());
+    }
+    out
+}
+
+/// Review finding 3 (double counting): Redis stalls (`CLIENT PAUSE`: connections stay
+/// open, nothing is answered) while 3,000 checks of one key arrive; each times out and
+/// `Fallback::Local` admits it and owes it. The checks stayed queued after their timeout and
+/// ran against Redis once it answered again, so Redis counted each of them twice (3,000
+/// owed and 3,000 run). Only the checks already sent when Redis stalled (at most two calls of
+/// 64) may reach it late.
+async fn checks_the_fallback_decided_during_a_stall_are_not_run_against_redis_after_it(server: RedisServer) {
+    const CHECKS: usize = 3000;
+    const MAX: u64 = 1_000_000;
+    let limiter = Arc::new(
+        RedisLimiter::<String>::builder()
+            .url(&server.url())
+            .limit(Limit::per_minute(MAX))
+            .prefix(&prefix("stall"))
+            .timeout(Duration::from_millis(100))
+            .fallback(Fallback::Local)
+            .build()
+            .await
+            .unwrap(),
+    );
+    assert_eq!(limiter.check(&"honest".to_owned()).await.decided_by(), DecidedBy::Server);
+    assert_eq!(redis_command(server.port, "CLIENT PAUSE 1500 ALL").as_deref(), Some("+OK\r\n"));
+    let paused = Arc::new(AtomicBool::new(true));
+    let decided = checks_at_once(&limiter, CHECKS, &paused).await;
+    assert!(
+        decided.iter().all(|&(by, allowed, _)| by == DecidedBy::Local && allowed),
+        "a check Redis decided while paused"
+    );
+    assert_eq!(limiter.owed_units(), CHECKS as u64);
+    // Redis answers again: give what was queued time to reach it, then repay.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let d = limiter.check(&"honest".to_owned()).await;
+        if d.decided_by() == DecidedBy::Server {
+            break;
+        }
+        assert!(Instant::now() < deadline, "Redis did not come back: {d:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(limiter.owed_units(), 0);
+    let counted = MAX - limiter.peek(&"honest".to_owned()).await.remaining() - 1;
+    // Admitted: 1 before, 3,000 by the fallback, 1 after.
+    let admitted = CHECKS as u64 + 2;
+    eprintln!("after the stall Redis counts {counted} units for {admitted} admitted");
+    assert!(counted >= admitted, "{counted} counted for {admitted} admitted");
+    assert!(counted <= admitted + 2 * 64, "Redis counts {counted} units for {admitted} admitted: the queued checks ran after the fallback decided them");
+}
+
+/// Review finding 3 (memory): the queue of checks waiting for a call had no bound, so while
+/// Redis stalled it grew by every check. It holds at most 4,096: with Redis paused, of
+/// 6,000 checks at once (each allowed 10 s), those beyond the queue and the two calls in
+/// flight are answered by the fallback at once, while Redis is still paused (all but one:
+/// the check that takes the fallback's debt to repay it waits for Redis); the queued ones
+/// are decided by Redis once it answers.
+async fn a_full_batch_queue_is_answered_by_the_fallback_at_once(server: RedisServer) {
+    const CHECKS: usize = 6000;
+    let limiter = Arc::new(
+        RedisLimiter::<String>::builder()
+            .url(&server.url())
+            .limit(Limit::per_minute(1_000_000))
+            .prefix(&prefix("full"))
+            .timeout(Duration::from_secs(10))
+            .fallback(Fallback::Local)
+            .build()
+            .await
+            .unwrap(),
+    );
+    assert_eq!(limiter.check(&"honest".to_owned()).await.decided_by(), DecidedBy::Server);
+    assert_eq!(redis_command(server.port, "CLIENT PAUSE 2500 ALL").as_deref(), Some("+OK\r\n"));
+    let paused = Arc::new(AtomicBool::new(true));
+    let flag = Arc::clone(&paused);
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(2000)).await;
+        flag.store(false, Ordering::SeqCst);
+    });
+    let decided = checks_at_once(&limiter, CHECKS, &paused).await;
+    let at_once = decided.iter().filter(|&&(by, _, paused)| paused && by == DecidedBy::Local).count();
+    let by_redis = decided.iter().filter(|&&(by, _, paused)| !paused && by == DecidedBy::Server).count();
+    eprintln!(
+        "{at_once} of {CHECKS} answered by the fallback while Redis was paused, {by_redis} by Redis after"
+    );
+    assert!(
+        at_once >= CHECKS - 4096 - 2 * 64 - 1,
+        "only {at_once} of {CHECKS} checks answered at once: the queue is unbounded"
+    );
+    let mut kinds = std::collections::BTreeMap::new();
+    for &(by, allowed, paused) in &decided {
+        *kinds.entry(format!("{by:?} allowed {allowed} paused {paused}")).or_insert(0) += 1;
+    }
+    assert!(
+        decided.iter().all(|&(by, allowed, paused)| allowed && !(paused && by == DecidedBy::Server)),
+        "{kinds:?}"
+    );
+    assert!(by_redis >= 4096, "{kinds:?}");
 }

@@ -30,16 +30,23 @@ pub const DEFAULT_SYNC_KEYS: usize = 1024;
 /// Each replica admits from its own in-process [`Limiter`] (the same lock-free check, no
 /// network on the request path) and remembers what it admitted in a lock-free queue. Every
 /// `sync_interval` (default 50 ms), or as soon as `batch` units are pending, a background
-/// task adds the replica's admitted units to the key's total in Redis and reads back what
-/// the other replicas added since the last sync, which it [`record`](Limiter::record)s into
-/// the local limiter: each replica's windows then hold every replica's units, up to one
-/// sync interval late.
+/// task adds the replica's admitted units to the key's total in Redis (and to the key's
+/// sliding windows there, the ones [`RedisLimiter`](super::RedisLimiter) keeps) and reads
+/// back what the other replicas added since the last sync, which it
+/// [`record`](Limiter::record)s into the local limiter: each replica's windows then hold
+/// every replica's units, up to one sync interval late. A replica's first sync of a key (a
+/// key new to it, idle for the TTL, or evicted at `max_keys`, or a restart) records what
+/// the key's windows in Redis hold beyond what its own view holds, not Redis's running
+/// total: it admits what the fleet's window leaves, and is refused only once that is full
+/// (exact with one limit; with several, Redis's fullest window is set against the view's
+/// tightest limit, which can hold a shorter limit full for one of its windows).
 ///
 /// **The bound.** Between two syncs a replica does not see the others' admissions, so
 /// across `R` replicas a key can get, in any window, `max` plus what the other replicas
 /// admitted in the sync interval they had not yet heard of: at most `(R − 1) × r × sync`
 /// extra units when each replica admits at a rate `r`, and at most `(R − 1) × max` when the
-/// key is new everywhere and bursts on all replicas at once (nobody has heard of anybody).
+/// key is new everywhere and bursts on all replicas at once (nobody has heard of anybody),
+/// or bursts on a replica before that replica's first sync of it.
 /// Units arrive at the other replicas at sync time rather than at their admission time, so
 /// they also leave those windows up to one interval late (conservative). A push whose reply
 /// is lost (a timeout) is pushed again with the next sync, so Redis may count it twice
@@ -70,8 +77,10 @@ pub const DEFAULT_SYNC_KEYS: usize = 1024;
 /// units are then dropped). At most `max_keys` units (so at most `max_keys` admissions)
 /// wait in the queue for the next sync; while it is full (the syncs are behind), admissions
 /// are summed per key in a side table of at most `max_keys` keys, behind a mutex, and an
-/// admission of a key beyond that still counts locally but is never pushed. Units that no other replica will hear of are
-/// counted in [`SyncStats::dropped_units`].
+/// admission of a key beyond that still counts locally but is never pushed. A sync takes
+/// from the queue what waited when it began (at most `max_keys` entries), so producers
+/// that refill it as fast as it empties never keep a sync from reaching Redis. Units that
+/// no other replica will hear of are counted in [`SyncStats::dropped_units`].
 pub struct HybridLimiter<K> {
     shared: Arc<Shared<K>>,
     task: tokio::task::JoinHandle<()>,
@@ -333,9 +342,15 @@ where
 
     /// What waits for the sync, into `book`: the queue, then the side table. Returns the
     /// owed units of keys evicted to make room.
+    ///
+    /// At most `max_keys` entries from the queue: every one that waited when the drain began
+    /// (the queue never holds more, and pops are in order), not those that producers add
+    /// meanwhile, each pop making room for one more. Producers that keep up with the drain
+    /// would otherwise keep a sync here for ever; what they add waits for the next sync.
     fn drain(&self, book: &mut Book<K>, now: Instant) -> u64 {
         let mut dropped = 0u64;
-        while let Some((key, cost)) = self.queue.pop() {
+        for _ in 0..self.max_keys {
+            let Some((key, cost)) = self.queue.pop() else { break };
             // Relaxed: see `enqueue`.
             self.pending.fetch_sub(cost, Ordering::Relaxed);
             dropped = dropped.saturating_add(book.admit(&key, cost, now));

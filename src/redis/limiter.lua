@@ -22,15 +22,20 @@
 -- admission writes the string back with one SET (which also sets the expiry); a refusal
 -- writes nothing.
 --
--- The bookkeeping hash: 'n' the units hybrid replicas pushed (they sync through it), and
+-- The bookkeeping hash: 'n' the units hybrid replicas pushed (they sync through its
+-- increments; their pushes count in the windows string too), and
 -- 'a:<client>' the last 'add' sequence number applied per client.
 --
 -- Returns, per entry, {kind, limit, remaining, retry_ms, now_ms}, one flat list; kind 0 =
 -- admitted, 1 = refused by `limit`, 2 = cost above that limit's max, 3 = an entry error
 -- {3, code, 0, 0, now_ms} that fails this entry alone: code 1 an unknown mode, 2 a cost
 -- that is not a non-negative integer, 3 the windows key holds another type (left as it
--- is), or a push's bookkeeping does (or its total would overflow). 'push' adds cost to 'n'
--- only and returns {n, now_ms, 0, 0, 0}. 'add' counts cost in
+-- is), or a push's bookkeeping does (or its total would overflow). A push that the server
+-- refuses for now (out of memory, a replica, too few replicas, a failed save) fails the
+-- call with the server's error, having written nothing. 'push' adds cost to 'n' and
+-- counts it in every limit without checking, and returns {n, now_ms, used, 1, 0}: `used`
+-- the most units any limit's window holds after it (a pull, cost 0, writes nothing).
+-- 'add' counts cost in
 -- every limit without checking (units a fallback admitted while Redis was unreachable)
 -- and returns {0, 0, 0, 0, now_ms}.
 
@@ -108,6 +113,12 @@ local function admits(l, w, units)
   local used = w.whole + units
   if used > l.max then return false end
   return w.oldest * weight(l, w) <= (l.max - used) * l.p
+end
+
+-- The units limit l's window counts after `units` more, the oldest slot by its weight
+-- (rounded up, as `room` counts it).
+local function used(l, w, units)
+  return w.whole + units + ceil_div(w.oldest * weight(l, w), l.p)
 end
 
 -- Whole units still free after `units` more, at least 0.
@@ -201,6 +212,14 @@ local function least_room(windows, units)
   return best, at
 end
 
+-- Whether an error of a push's HINCRBY holds whatever the server's state: the bookkeeping
+-- holds another type, or its 'n' is not an integer or would overflow.
+local function lasting(err)
+  return string.sub(err, 1, 9) == 'WRONGTYPE'
+    or string.find(err, '^ERR .*not an integer') ~= nil
+    or string.find(err, '^ERR .*overflow') ~= nil
+end
+
 local out = {}
 
 local function reply(a, b, c, d, e)
@@ -208,7 +227,8 @@ local function reply(a, b, c, d, e)
   out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = a, b, c, d, e
 end
 
--- One entry, whose windows string (or false) is `state`: appends its five replies to `out`.
+-- One entry, whose windows string (or false) is `state`: appends its five replies to `out`,
+-- or returns the error that fails the whole call.
 local function run(key, book, state, mode, cost, extra)
   if state and #state ~= length then state = false end
   local now = server_now
@@ -216,17 +236,33 @@ local function run(key, book, state, mode, cost, extra)
     local seen = struct.unpack('<d', state, 1)
     if seen > now then now = seen end
   end
-  if mode == 'push' then
-    -- pcall: pushes share calls, and an error would end the script after the entries
-    -- before this one were applied, which the caller would then push again.
-    local total = redis.pcall('HINCRBY', book, 'n', cost)
-    if type(total) == 'table' then return reply(3, 3, 0, 0, now) end
-    redis.call('PEXPIRE', book, ttl)
-    return reply(total, now, 0, 0, 0)
-  end
   local windows = {}
   for i = 0, nl - 1 do
     windows[i] = view(state, limits[i], now)
+  end
+  if mode == 'push' then
+    -- pcall: pushes share calls, and an error would end the script after the entries
+    -- before this one were applied, which the caller would then push again. An error no
+    -- retry changes fails this entry alone. Any other is a server refusing writes for now
+    -- (OOM, READONLY, NOREPLICAS, MISCONF): it fails the call with that error, which the
+    -- caller retries with every unit. Such an error comes at the call's first write (Redis
+    -- refuses a script's first write only when out of memory, and a replica or a missing
+    -- quorum refuses every write), so nothing before it was applied.
+    local total = redis.pcall('HINCRBY', book, 'n', cost)
+    if type(total) == 'table' then
+      if lasting(total.err) then return reply(3, 3, 0, 0, now) end
+      return total
+    end
+    redis.call('PEXPIRE', book, ttl)
+    -- The units also count in the key's windows, so that a replica's first sync of the key
+    -- learns what they hold (the running total 'n' says nothing about the window).
+    if cost > 0 then count(key, state, windows, now, cost) end
+    local most = 0
+    for i = 0, nl - 1 do
+      local u = used(limits[i], windows[i], cost)
+      if u > most then most = u end
+    end
+    return reply(total, now, most, 1, 0)
   end
   if mode == 'add' then
     local field = 'a:' .. (extra[1] or '')
@@ -290,10 +326,11 @@ for j = 0, entries - 1 do
     reply(3, 1, 0, 0, server_now)
   elseif not cost or cost < 0 or cost ~= math.floor(cost) then
     reply(3, 2, 0, 0, server_now)
-  elseif not state and mode ~= 'push' and redis.call('TYPE', key)['ok'] ~= 'none' then
+  elseif not state and redis.call('TYPE', key)['ok'] ~= 'none' then
     reply(3, 3, 0, 0, server_now)
   else
-    run(key, KEYS[j * 2 + 2], state, mode, cost, { ARGV[a + 2], ARGV[a + 3] })
+    local failed = run(key, KEYS[j * 2 + 2], state, mode, cost, { ARGV[a + 2], ARGV[a + 3] })
+    if failed then return failed end
   end
 end
 return out

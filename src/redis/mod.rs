@@ -32,7 +32,12 @@
 //! (at most 64), which the script runs one after the other in arrival order, each
 //! decided exactly as if alone. A lone check goes at once; a burst pays one round trip and
 //! one script start for many. On a Cluster, whose keys live on different nodes, each check
-//! is its own call. Each check's timeout runs from the moment it is queued.
+//! is its own call. Each check's timeout runs from the moment it is queued. At most 4,096
+//! checks wait: one that finds the queue full is decided by the fallback at once. A check
+//! that gave up waiting is never sent (the fallback decided it), and a call keeps its place
+//! until its reply comes (at most 1 s, or the timeout if longer), so while Redis stalls at
+//! most one round of calls (128 checks, 256 through the module) per second of the stall
+//! reaches it late and is counted there as well.
 //!
 //! A check that fails (connection error, a server in a transient state such as `LOADING`
 //! or `CLUSTERDOWN`) or takes longer than the timeout (default 5 ms) is decided by the
@@ -65,6 +70,7 @@
 //! # }
 //! ```
 
+mod batch;
 mod fallback;
 mod hybrid;
 mod keys;
@@ -84,9 +90,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use ::redis::cluster_async::ClusterConnection;
 use ::redis::{RedisError, RedisResult, Script};
-use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use crate::{ConfigError, Limit, Limiter, ManualClock};
+use batch::Batcher;
 use keys::book_key;
 use owed::Ledger;
 use reply::Answer;
@@ -249,6 +255,17 @@ impl Remote {
         at_ms: Option<u64>,
         add: Option<(&str, u64)>,
     ) -> RedisResult<Vec<i64>> {
+        self.invoke_within(entries, at_ms, add, self.timeout).await
+    }
+
+    /// [`invoke`](Remote::invoke) within `limit` rather than the timeout.
+    async fn invoke_within(
+        &self,
+        entries: &[Entry<'_>],
+        at_ms: Option<u64>,
+        add: Option<(&str, u64)>,
+        limit: Duration,
+    ) -> RedisResult<Vec<i64>> {
         let now = at_ms.or_else(|| self.time.now_ms()).map_or(String::new(), |ms| ms.to_string());
         let limits = self.limit_args.len() / 4;
         // Relaxed: a hint about the server, corrected by the server's own answer below.
@@ -296,7 +313,7 @@ impl Remote {
                 self.script_call(entries, &now, limits, add).await
             }
         };
-        match tokio::time::timeout(self.timeout, run).await {
+        match tokio::time::timeout(limit, run).await {
             Ok(result) => result,
             Err(_) => Err(RedisError::from(std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
@@ -350,35 +367,6 @@ impl Remote {
             Conn::Cluster(mut conn) => invocation.invoke_async(&mut conn).await,
         }
     }
-
-    /// Runs the checks of `batch` in one call, in order, and hands each its replies.
-    async fn call_batch(&self, batch: Vec<Pending>) {
-        let entries: Vec<Entry<'_>> =
-            batch.iter().map(|p| Entry { redis_key: &p.redis_key, mode: p.mode, cost: p.cost }).collect();
-        let replies = self.invoke(&entries, None, None).await;
-        drop(entries);
-        match replies {
-            Ok(replies) if replies.len() == batch.len().saturating_mul(5) => {
-                for (p, reply) in batch.into_iter().zip(replies.chunks(5)) {
-                    // A check that gave up waiting has dropped its receiver.
-                    let _ = p.reply.send(Ok(reply.to_vec()));
-                }
-            }
-            Ok(_) => {
-                for p in batch {
-                    let _ = p.reply.send(Err(RedisError::from(std::io::Error::new(
-                        std::io::ErrorKind::InvalidData,
-                        "short script reply",
-                    ))));
-                }
-            }
-            Err(e) => {
-                for p in batch {
-                    let _ = p.reply.send(Err(e.clone()));
-                }
-            }
-        }
-    }
 }
 
 /// One check (or peek, add, push) in a call.
@@ -388,51 +376,10 @@ struct Entry<'a> {
     cost: u64,
 }
 
-/// A check waiting for its batch (standalone servers): see [`batches`].
-struct Pending {
-    redis_key: String,
-    mode: Mode,
-    cost: u64,
-    reply: oneshot::Sender<RedisResult<Vec<i64>>>,
-}
-
 /// The default of [`RedisLimiterBuilder::max_keys`]: the most keys an in-process limiter of
 /// a Redis-backed limiter holds (its fallback's, or a hybrid replica's), and the most keys
 /// `Fallback::Local` owes Redis at once.
 pub const DEFAULT_MAX_KEYS: usize = 100_000;
-
-/// The most checks sent in one script call.
-const MOST_PER_BATCH: usize = 64;
-/// The most batches in flight at once, through the script and through the module: while
-/// all are out, checks queue and form the next batch, so a burst of concurrent checks shares
-/// calls while a lone check goes at once. (Measured with `redis_report`: the script, whose
-/// calls take the server longer, runs best with fewer and larger batches.)
-const SCRIPT_BATCHES_IN_FLIGHT: usize = 2;
-const MODULE_BATCHES_IN_FLIGHT: usize = 4;
-
-/// Sends the checks queued on `queue` to Redis, batched: takes a batch slot, then every
-/// check queued by then (at most [`MOST_PER_BATCH`]) in one script call. Ends when the
-/// limiter (the queue's sender) is dropped.
-async fn batches(remote: Arc<Remote>, mut queue: mpsc::UnboundedReceiver<Pending>) {
-    let module = remote.native.load(Ordering::Relaxed);
-    let in_flight = if module { MODULE_BATCHES_IN_FLIGHT } else { SCRIPT_BATCHES_IN_FLIGHT };
-    let slots = Arc::new(Semaphore::new(in_flight));
-    while let Some(first) = queue.recv().await {
-        let Ok(slot) = Arc::clone(&slots).acquire_owned().await else { return };
-        let mut batch = vec![first];
-        while batch.len() < MOST_PER_BATCH {
-            match queue.try_recv() {
-                Ok(p) => batch.push(p),
-                Err(_) => break,
-            }
-        }
-        let remote = Arc::clone(&remote);
-        tokio::spawn(async move {
-            remote.call_batch(batch).await;
-            drop(slot);
-        });
-    }
-}
 
 /// A sliding-window limiter whose state lives in Redis: see the [module docs](self).
 pub struct RedisLimiter<K> {
@@ -454,9 +401,9 @@ pub struct RedisLimiter<K> {
     seq: AtomicU64,
     /// `retry_after` of a fail-closed refusal.
     closed_retry: Duration,
-    /// The queue of checks and peeks batched into shared script calls (a standalone
-    /// server; on a Cluster, whose keys live on different nodes, each goes alone).
-    batcher: Option<mpsc::UnboundedSender<Pending>>,
+    /// The queue of checks and peeks batched into shared calls (a standalone server; on a
+    /// Cluster, whose keys live on different nodes, each goes alone).
+    batcher: Option<Batcher>,
 }
 
 impl<K> fmt::Debug for RedisLimiter<K> {
@@ -579,16 +526,8 @@ where
             return self.fall_back(key, &redis_key, mode, cost);
         }
         let reply = match &self.batcher {
-            Some(queue) if matches!(mode, Mode::Check | Mode::Peek) => {
-                let (reply, answer) = oneshot::channel();
-                let pending = Pending { redis_key: redis_key.clone(), mode, cost, reply };
-                match queue.send(pending) {
-                    Ok(()) => match tokio::time::timeout(self.remote.timeout, answer).await {
-                        Ok(Ok(reply)) => Some(reply),
-                        _ => None,
-                    },
-                    Err(_) => None,
-                }
+            Some(batcher) if matches!(mode, Mode::Check | Mode::Peek) => {
+                batcher.run(self.remote.timeout, redis_key.clone(), mode, cost).await
             }
             _ => Some(self.remote.call(&redis_key, mode, cost, None, None).await),
         };
@@ -801,8 +740,12 @@ where
             None => return Err(SetupError::NoServer),
             Some(Target::Single(url)) => {
                 let client = ::redis::Client::open(url)?;
+                // The calls time themselves out (a batched call may outlast its checks'
+                // timeout: see `batch`); the connection's own limit (500 ms by default) only
+                // bounds what has none.
                 let config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(self.timeout.max(Duration::from_millis(100))))
+                    .set_response_timeout(Some(self.timeout.max(batch::LONGEST_CALL)))
                     .set_number_of_retries(2)
                     .set_max_delay(Duration::from_millis(500));
                 Conn::Single(ConnectionManager::new_with_config(client, config).await?)
@@ -845,11 +788,7 @@ where
         let closed_retry =
             self.limits.iter().map(Limit::get_precision).min().unwrap_or(Duration::from_secs(1));
         let batcher = match remote.conn {
-            Conn::Single(_) => {
-                let (queue, pending) = mpsc::unbounded_channel();
-                tokio::spawn(batches(Arc::clone(&remote), pending));
-                Some(queue)
-            }
+            Conn::Single(_) => Some(Batcher::start(Arc::clone(&remote))),
             Conn::Cluster(_) => None,
         };
         Ok(RedisLimiter {

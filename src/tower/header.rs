@@ -113,7 +113,9 @@ impl<B> KeyExtractor<B> for HeaderKey {
 /// themselves are compared byte for byte (`Bearer t0ken` is another key). The key is
 /// `Scheme credentials`, the scheme's first letter capitalised and the others not
 /// (`Bearer`, `Basic`): the usual spellings are looked up in place, others copied into
-/// that form.
+/// that form. The credentials' own encoding is not canonicalised: where the backend
+/// accepts several spellings of one credential (a lenient base64 decoder, a malleable JWT
+/// signature), key by the authenticated principal with [`key_fn`](super::key_fn) instead.
 ///
 /// A request without the header has no key ([`KeyError::Missing`]); one carrying it more
 /// than once is refused ([`KeyError::Repeated`]); a value without a scheme (empty, or not

@@ -57,6 +57,18 @@ struct Slot<K> {
     pull_seq: u64,
 }
 
+/// What a sync of a key says of the other replicas' units.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Heard {
+    /// Units the others added to Redis's total since this replica's last sync of the key.
+    Since(u64),
+    /// This replica's first sync of the key (new to it, forgotten after the TTL, evicted at
+    /// `max_keys`, or a restart): Redis's total counts every unit since the key's
+    /// bookkeeping last expired, so it says nothing about the window; `unpushed` are the
+    /// units this replica owes beyond this push.
+    First { unpushed: u64 },
+}
+
 /// A key a sync took: push `units` (0 for a pull).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Pick {
@@ -292,16 +304,24 @@ impl<K: Hash + Eq + Clone> Book<K> {
         }
     }
 
-    /// Redis answered `total` for `pick`: hands `record` the key and the units other
-    /// replicas added since this replica's last sync of it (before the first sync of a key
-    /// here, everything Redis holds came from elsewhere), and returns them. `record` says
-    /// whether the key is at its limit here: such a key, and one that found units of the
-    /// others, is pulled at the next sync; any other backs off.
-    pub(super) fn synced(&mut self, pick: Pick, total: u64, record: impl FnOnce(&K, u64) -> bool) -> u64 {
+    /// Redis answered `total` for `pick`: hands `record` the key and what the sync says of
+    /// the other replicas' units ([`Heard`]), and returns the units `record` counted into
+    /// the local limiter. `record` also says whether the key is at its limit here: such a
+    /// key, and one that heard of units of the others, is pulled at the next sync; any other
+    /// backs off.
+    pub(super) fn synced(
+        &mut self,
+        pick: Pick,
+        total: u64,
+        record: impl FnOnce(&K, Heard) -> (u64, bool),
+    ) -> u64 {
         let (tick, pull_seq) = (self.tick, self.next_seq());
         let Some(slot) = self.slot_mut(pick.id) else { return 0 };
-        let others = total.saturating_sub(slot.total.unwrap_or(0).saturating_add(pick.units));
-        let at_limit = record(&slot.key, others);
+        let heard = match slot.total {
+            Some(before) => Heard::Since(total.saturating_sub(before.saturating_add(pick.units))),
+            None => Heard::First { unpushed: slot.owed.saturating_sub(pick.units) },
+        };
+        let (others, at_limit) = record(&slot.key, heard);
         slot.total = Some(total);
         slot.owed = slot.owed.saturating_sub(pick.units);
         slot.level = if others > 0 || at_limit { 0 } else { slot.level.saturating_add(1).min(MAX_LEVEL) };
@@ -337,6 +357,14 @@ fn weight(units: u64) -> u32 {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::arithmetic_side_effects, clippy::indexing_slicing)]
     use super::*;
+
+    /// A `record` that counts what the others added since the last sync (nothing on a first).
+    fn since(_: &u64, heard: Heard) -> (u64, bool) {
+        match heard {
+            Heard::Since(others) => (others, false),
+            Heard::First { .. } => (0, false),
+        }
+    }
 
     fn keys(book: &Book<u64>, picks: &[Pick]) -> Vec<(u64, u64)> {
         picks.iter().map(|p| (*book.key(p.id).unwrap(), p.units)).collect()
@@ -374,7 +402,7 @@ mod tests {
         assert_eq!(taken, [(1000, 5), (1001, 5), (1002, 5), (1003, 5), (0, 1), (1, 1), (2, 1), (3, 1)]);
         consistent(&book, &picks.iter().map(|p| p.id).collect::<Vec<_>>());
         for p in &picks {
-            assert_eq!(book.synced(*p, p.units, |_, _| false), 0);
+            assert_eq!(book.synced(*p, p.units, since), 0);
         }
         consistent(&book, &[]);
         assert_eq!(book.owing(), (96, 96));
@@ -405,7 +433,7 @@ mod tests {
             }
             for p in book.take(4) {
                 total += p.units;
-                let others = book.synced(p, total, |_, _| false);
+                let others = book.synced(p, total, since);
                 pulled_at.push((sync, others));
             }
         }
@@ -429,7 +457,7 @@ mod tests {
         let picks = book.take(3);
         for p in picks {
             if *book.key(p.id).unwrap() == 1 {
-                book.synced(p, p.units, |_, _| false);
+                book.synced(p, p.units, since);
             } else {
                 book.put_back(p.id);
             }
@@ -453,7 +481,7 @@ mod tests {
         book.new_sync();
         let picks = book.take(10);
         let one = picks.iter().find(|p| *book.key(p.id).unwrap() == 1).copied().unwrap();
-        book.synced(one, 1, |_, _| false);
+        book.synced(one, 1, since);
         let two = picks.iter().find(|p| *book.key(p.id).unwrap() == 2).copied().unwrap();
         book.put_back(two.id);
         book.admit(&3, 1, start + Duration::from_secs(5));
@@ -482,7 +510,7 @@ mod tests {
             }
             for p in book.take(64) {
                 let before = book.slot(p.id).unwrap().total.unwrap_or(0);
-                book.synced(p, before + p.units, |_, _| false);
+                book.synced(p, before + p.units, since);
             }
             assert!(syncs <= 1000 / 16 + 1, "still {} owing after {syncs} syncs", book.owing().0);
         }
