@@ -267,12 +267,12 @@ fn check_vs_retire_now(algorithm: Algorithm, limits: Vec<Limit>) {
 
 /// A check against an eviction (`retire` at the sweeper's clock) on a state of 2/s (expiry
 /// 2 s for every algorithm: window or burst 1 s, plus a 1 s slot) holding one unit taken at
-/// 0. The check, at 1.2 s, is in a later slot, so its commit raises `touched` to 1.2 s; the
-/// sweeper, at 2.5 s, finds the key expired unless it reads that raise. Exactly one wins:
-/// the check is decided (exactly as sequentially) and the state is not retired, not expired
-/// at 2.5 s and holds the check's unit; or the retirement comes first (before the check's
-/// commit, or between it and the check's SeqCst re-read of `touched`) and the check answers
-/// `Retired`. Both are explored.
+/// 0. The check, at 1.2 s, is in a later slot, so before its commit it raises `touched` to
+/// 1.2 s; the sweeper, at 2.5 s, finds the key expired unless it reads that raise. Exactly
+/// one wins: the check is decided (exactly as sequentially) and the state is not retired,
+/// not expired at 2.5 s and holds the check's unit; or the retirement comes first (its CAS
+/// on `touched` before the check's raise, which then finds the marker and commits nothing)
+/// and the check answers `Retired`. Both are explored.
 fn check_races_eviction(algorithm: Algorithm) {
     check_vs_retire(algorithm, vec![Limit::per_second(2)]);
 }

@@ -89,8 +89,9 @@ impl Counter for Gcra {
         // read or published with it, so no Release is needed, on x86, ARM or loom alike.
         // Acquire pairs with the AcqRel RMW of `KeyState::migrate` (a policy change) when
         // this CAS reads its value: the retirement swapped into `touched` before that RMW
-        // then happens-before this check's SeqCst re-read of `touched`, which sees it and
-        // starts over. When this CAS comes first in the word's modification order, the RMW
+        // then happens-before this check's re-read of `touched` (`moved`, after its
+        // commits), which by coherence reads it (nothing after the swap changes `touched`
+        // but `fetch_max`es of smaller times) and starts over. When this CAS comes first in the word's modification order, the RMW
         // reads its value (an RMW reads the latest value), so the move carries our units.
         state
             .word(rule.at())
