@@ -49,7 +49,9 @@ const AWAKE: Duration = Duration::from_millis(100);
 /// Only the number itself is communicated (no other memory is published with it), so every
 /// access is `Relaxed`. Writers only ever raise it (`fetch_max`), so it never runs backwards,
 /// and never past [`END_OF_TIME`]. The real clock's atomic may also carry [`STALE`]; a
-/// [`ManualClock`]'s never does.
+/// [`ManualClock`]'s never does. A reading returns a time stored in the atomic, so of two
+/// readings where one happens-before the other, the first is never the later (coherence),
+/// except on a thread that reads quietly (the sweeper: it commits and moves nothing).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Now(Arc<AtomicU64>);
 
@@ -80,10 +82,16 @@ impl Now {
         // below cannot see an older `true` and skip the wake-up (which would leave the
         // ticker parked and this time standing still).
         let mut cur = seen;
+        let mut time = now;
         while cur & STALE != 0 {
-            let time = now.max(cur & !STALE);
+            time = now.max(cur & !STALE);
             match self.0.compare_exchange_weak(cur, time, Ordering::SeqCst, Ordering::SeqCst) {
                 Ok(_) => break,
+                // Another reader or the ticker stored a time: that is the time read.
+                Err(actual) if actual & STALE == 0 => {
+                    time = actual;
+                    break;
+                }
                 Err(actual) => cur = actual,
             }
         }
@@ -95,8 +103,10 @@ impl Now {
                 ticker.unpark();
             }
         }
-        // The ticker (or another reader) may have stored a later time meanwhile.
-        now.max(cur & !STALE)
+        // Only a time stored in the atomic is returned (ours, or the one that beat ours), so
+        // readings are coherent: a reading that happens-before another is at most as late
+        // (`KeyState::migrate_at` relies on it to time a move after the commits it carries).
+        time
     }
 
     fn raise_to(&self, nanos: u64) {

@@ -326,7 +326,7 @@ impl Policy {
         self.version
     }
 
-    /// How states of older versions move to this one (see [`KeyState::migrate`]).
+    /// How states of older versions move to this one (see [`KeyState::migrate_at`]).
     pub(crate) fn carry(&self) -> Carry {
         self.carry
     }

@@ -456,10 +456,10 @@ where
             let policy = state.policy();
             let current = tiers.current(policy.tier());
             if policy.is_replaced() {
-                return move_state(state, &current, now, current.carry());
+                return move_state(state, &current, || now.max(self.shared.now.nanos()), current.carry());
             }
             if state.retire(policy, now) || state.is_retired() {
-                return Change::Replace(OwnedState::new(&current, now));
+                return Change::Replace(OwnedState::new(&current, now), now);
             }
             Change::Keep
         });
@@ -946,7 +946,7 @@ where
             if std::ptr::eq(state.policy(), &*policy) {
                 return Change::Keep;
             }
-            move_state(state, &policy, now, Carry::Conservative)
+            move_state(state, &policy, || now.max(shared.now.nanos()), Carry::Conservative)
         });
     }
 
@@ -1136,12 +1136,15 @@ impl std::ops::Deref for Identities {
 
 /// The change that moves `state` to policy `newer`: the node is pointed at it when the
 /// layout is the same (every count carries over exactly, and checks on the node see the new
-/// version at their next look), else replaced by a state laid out anew, per `carry`.
-fn move_state(state: KeyState<'_>, newer: &Arc<Policy>, now: u64, carry: Carry) -> Change {
+/// version at their next look), else replaced by a state laid out anew, per `carry`, at the
+/// time `clock` reads once the old state's words are read ([`KeyState::migrate_at`]: not the
+/// moving check's own reading, which may be long past).
+fn move_state(state: KeyState<'_>, newer: &Arc<Policy>, clock: impl FnOnce() -> u64, carry: Carry) -> Change {
     if state.policy().same_layout(newer) {
         Change::Repoint(Arc::clone(newer))
     } else {
-        Change::Replace(state.migrate(newer, now, carry))
+        let (moved, at) = state.migrate_at(newer, clock, carry);
+        Change::Replace(moved, at)
     }
 }
 

@@ -199,7 +199,7 @@ impl Tiers {
         self.shortest_expiry.fetch_min(policy.expiry(), Ordering::Relaxed);
         if wider != *widest {
             // Every other policy gets a version as wide: its keys move to it, slot by slot,
-            // at their next check (`KeyState::migrate`).
+            // at their next check (`KeyState::migrate_at`).
             for (other, t) in self.tiers.iter().enumerate().filter(|&(other, _)| other != tier) {
                 let current = t.current.load_full();
                 let config =

@@ -20,7 +20,7 @@ use crate::algorithm::{Algorithm, Fixed, Gcra, Log, Sliding};
 use crate::decision::Decision;
 use crate::layout::{initial_words, set, Policy, Rule, MAX_LIMITS, RETIRED, TOUCHED};
 
-/// `touched` of a state moved to another policy ([`KeyState::migrate`]), the other marker
+/// `touched` of a state moved to another policy ([`KeyState::migrate_at`]), the other marker
 /// beside [`RETIRED`] (eviction, replacement of an expired key, reset): a check that
 /// committed into a moved state starts over, one that committed into a retired one stands
 /// (see [`KeyState::retire`]). Both are above every time `touched` holds ([`LAST_TIME`]).
@@ -48,7 +48,7 @@ pub enum Outcome {
     /// under the shard's mutex ([`KeyState::retire`]) and check again.
     Expired,
     /// The state was retired (evicted, reset or replaced) before the check counted in it,
-    /// or moved to another policy before or after (see [`KeyState::migrate`]): look the
+    /// or moved to another policy before or after (see [`KeyState::migrate_at`]): look the
     /// key up again. A commit into a retired state stands ([`KeyState::retire`]).
     Retired,
 }
@@ -185,10 +185,10 @@ impl OwnedState {
         }
     }
 
-    /// [`KeyState::migrate`].
+    /// [`KeyState::migrate_at`], timed at `now`.
     #[cfg(slidegate_loom)]
     pub fn migrate(&self, newer: &Arc<Policy>, now: u64, carry: Carry) -> OwnedState {
-        self.state().migrate(newer, now, carry)
+        self.state().migrate_at(newer, || now, carry).0
     }
 
     /// The policy and the words' values, for a state no other thread has seen.
@@ -267,16 +267,46 @@ impl<'a> KeyState<'a> {
     /// read too. (A check that covers `touched` after the swap reads `MOVED` and commits
     /// nothing.) These are happens-before and coherence arguments, which hold on every
     /// memory model Rust supports (x86, ARM, loom).
-    pub fn migrate(&self, newer: &Arc<Policy>, now: u64, carry: Carry) -> OwnedState {
+    ///
+    /// The move happens at the time `clock` returns, read after this state's words
+    /// (returned with the new state: the time the old state left). The limiter passes its
+    /// clock, read there, never the moving check's own earlier reading: a check delayed
+    /// between its reading and the move would otherwise record the carried units at its old
+    /// time, in a slot long before the one they were counted in, and they would leave the
+    /// new window early (an over-admission; `loom-tests/tests/stale_move.rs`). Read after
+    /// the words' RMWs, the clock is at least the time of every commit those RMWs carry:
+    /// such a commit's check read the clock before its CAS (Release), which our RMW
+    /// (Acquire half) reads or follows in its release sequence, so that reading
+    /// happens-before ours, which by coherence returns as much (the clock only rises, and
+    /// returns only values stored in it: [`crate::clock`]). A commit our RMW does not read
+    /// finds `MOVED` after it and starts over on the new state, at its own time.
+    pub(crate) fn migrate_at(
+        &self,
+        newer: &Arc<Policy>,
+        clock: impl FnOnce() -> u64,
+        carry: Carry,
+    ) -> (OwnedState, u64) {
         let same_layout = self.policy.same_layout(newer);
         // Relaxed: sequenced before the RMWs below, whose Release half orders it for a
         // commit that reads them (see the doc comment).
         let touched = self.word(TOUCHED).swap(MOVED, Ordering::Relaxed);
         let copied = same_layout && self.policy.algorithm != Algorithm::SlidingLog;
         let reencoded = !same_layout && self.policy.same_windows(newer);
+        let max_only = self.policy.algorithm == Algorithm::Gcra && {
+            let (a, b) = (&self.policy.rules, &newer.rules);
+            a.len() == b.len()
+                && a.iter().zip(b.iter()).all(|(a, b)| a.window == b.window && a.precision == b.precision)
+        };
+        let carried = touched < MOVED && (copied || reencoded || carry == Carry::Conservative || max_only);
+        // AcqRel: see the doc comment (pairs with the commits' CAS).
+        let words: Vec<u64> = if carried {
+            self.words.iter().map(|w| w.fetch_add(0, Ordering::AcqRel)).collect()
+        } else {
+            Vec::new()
+        };
+        let now = clock();
         if touched < MOVED && (copied || reencoded) {
-            // AcqRel: see the doc comment (pairs with the commits' CAS).
-            let mut words: Vec<u64> = self.words.iter().map(|w| w.fetch_add(0, Ordering::AcqRel)).collect();
+            let mut words = words;
             if reencoded {
                 // The same windows, ring entries of another width: slot by slot, exactly.
                 let mut fresh = vec![0u64; newer.words_per_key()];
@@ -286,20 +316,17 @@ impl<'a> KeyState<'a> {
                 words = fresh;
             }
             set(&mut words, TOUCHED, touched);
-            return OwnedState::from_words(newer, &words);
+            return (OwnedState::from_words(newer, &words), now);
         }
-        let owned = OwnedState::new(newer, now);
+        // A move is not a use: the new state is idle since the old one was (its carried
+        // units, below, cover their own slot), so a key moved by a peek, or with nothing
+        // to carry, is evicted when it would have been.
+        let since = if touched < MOVED { touched.min(now) } else { now };
+        let mut words = initial_words(newer, now);
+        set(&mut words, TOUCHED, since.min(LAST_TIME));
+        let owned = OwnedState::from_words(newer, &words);
         let fresh = owned.state();
-        let max_only = self.policy.algorithm == Algorithm::Gcra && {
-            let (a, b) = (&self.policy.rules, &newer.rules);
-            a.len() == b.len()
-                && a.iter().zip(b.iter()).all(|(a, b)| a.window == b.window && a.precision == b.precision)
-        };
-        if touched < MOVED && (carry == Carry::Conservative || max_only) {
-            for word in self.words.iter() {
-                // AcqRel: see the doc comment (pairs with the commits' CAS).
-                word.fetch_add(0, Ordering::AcqRel);
-            }
+        if carried {
             let expired = now.saturating_sub(touched) >= self.policy.expiry;
             let used = match self.policy.algorithm {
                 Algorithm::SlidingWindow => self.used::<Sliding>(now, expired),
@@ -326,7 +353,7 @@ impl<'a> KeyState<'a> {
             }
         }
         self.release(self.policy);
-        owned
+        (owned, now)
     }
 
     /// Units each limit counts at `now` (what a cost-0 check would see as used).
@@ -440,9 +467,9 @@ impl<'a> KeyState<'a> {
     }
 
     /// After a commit: did the state move to another policy meanwhile? Then the move may
-    /// not have read the commit, and the check starts over (see [`migrate`](Self::migrate)).
+    /// not have read the commit, and the check starts over (see [`migrate_at`](Self::migrate_at)).
     /// A retirement ([`RETIRED`]) lets the commit stand (see [`retire`](Self::retire)).
-    /// Relaxed: coherence after the happens-before that `migrate` describes.
+    /// Relaxed: coherence after the happens-before that `migrate_at` describes.
     #[inline(always)]
     fn moved(&self) -> bool {
         self.word(TOUCHED).load(Ordering::Relaxed) == MOVED
@@ -791,7 +818,7 @@ impl<'a> KeyState<'a> {
             }
             if A::commit(self, rule, &view, cost) {
                 // The commit stands, even if the state was retired since (see `retire`),
-                // unless it moved to another policy (see `migrate`).
+                // unless it moved to another policy (see `migrate_at`).
                 if self.moved() {
                     return Outcome::Retired;
                 }
@@ -883,7 +910,7 @@ impl<'a> KeyState<'a> {
                 }
             }
             // The commits stand, even if the state was retired since (see `retire`), unless
-            // it moved to another policy (see `migrate`).
+            // it moved to another policy (see `migrate_at`).
             if self.moved() {
                 return Outcome::Retired;
             }

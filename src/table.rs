@@ -21,7 +21,7 @@
 //!
 //! # Removing a key without losing a count
 //! A removed or replaced node may still be in use by a check that found it just before.
-//! Its counters are retired first ([`KeyState::retire`], `retire_now`, `migrate`, under
+//! Its counters are retired first ([`KeyState::retire`], `retire_now`, `migrate_at`, under
 //! the shard's mutex): a check covers its slot in the state's `touched` before it commits,
 //! so a retirement either finds that and fails, or leaves the check nothing to commit, or
 //! only lets commits through whose units no longer count (see `protocol.rs`).
@@ -708,11 +708,14 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
     /// Before a node leaves the shard (`change` replaces or removes it): the floor rises to
     /// `now`, the time of its retirement (under the mutex; see [`floor`](Self::floor)).
     fn raise_floor(shard: &Shard<K>, change: &Change, now: u64) {
-        if matches!(change, Change::Replace(_) | Change::Remove) {
-            // Relaxed: see `floor`; the slot store that follows (Release for a replacement)
-            // and the mutex publish it.
-            shard.floor.fetch_max(now, Ordering::Relaxed);
-        }
+        let at = match change {
+            Change::Replace(_, at) => now.max(*at),
+            Change::Remove => now,
+            Change::Keep | Change::Repoint(_) => return,
+        };
+        // Relaxed: see `floor`; the slot store that follows (Release for a replacement) and
+        // the mutex publish it.
+        shard.floor.fetch_max(at, Ordering::Relaxed);
     }
 
     fn apply(
@@ -742,7 +745,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
                 }
                 None
             }
-            Change::Replace(state) => {
+            Change::Replace(state, _) => {
                 let (policy, words) = state.into_parts();
                 let fresh = new_node(node.key().clone(), policy, &words);
                 // The same key: the same tag. Release: as in `insert`.
@@ -866,8 +869,9 @@ pub(crate) enum Change {
     Keep,
     /// Point the node at a newer policy with the same layout (see [`Policy::same_layout`]).
     Repoint(Arc<Policy>),
-    /// Replace the node with a new one holding this state (the old one is retired already).
-    Replace(OwnedState),
+    /// Replace the node with a new one holding this state (the old one is retired already),
+    /// made at this time (at least the time `update` offered; the shard's floor rises to it).
+    Replace(OwnedState, u64),
     /// Remove the key (its state is retired already).
     Remove,
 }

@@ -66,17 +66,19 @@ impl Counter for Fixed {
     #[allow(clippy::arithmetic_side_effects, reason = "a 32-bit count plus a cost ≤ MOST")]
     fn commit(state: &KeyState, rule: &Rule, view: &View, cost: u64) -> bool {
         let next = pack(view.slot, view.current + cost);
-        // The word's modification order alone orders admissions: the word is the limit's
-        // whole state, and nothing else is read or published with it, so no Release is
-        // needed, on x86, ARM or loom alike. A view that adopts a later window from the
-        // tag (`view`) relies on nothing but the tag itself: the window's count is in the
-        // same word. Acquire pairs with the AcqRel RMW of `KeyState::migrate` (a policy
-        // change) when this CAS reads its value: the retirement swapped into `touched`
-        // before that RMW then happens-before this check's re-read of `touched` (`moved`,
-        // after its commits), which by coherence reads it (nothing after the swap changes
-        // `touched` but `fetch_max`es of smaller times) and starts over. When this CAS comes first in the word's
+        // The word's modification order alone orders admissions: the word is the limit's whole
+        // state, and nothing else is read or published with it. A view that adopts a later window
+        // from the tag (`view`) relies on nothing but the tag itself: the window's count is in the
+        // same word. Release pairs with the AcqRel RMW of `KeyState::migrate_at` when that reads
+        // this value (or a later one in its release sequence): this check's clock reading then
+        // happens-before the move's, so the move is never timed before this commit (see there); on
+        // x86 the CAS is the same instruction either way. Acquire pairs with that same RMW (a
+        // policy change) when this CAS reads its value: the retirement swapped into `touched`
+        // before that RMW then happens-before this check's re-read of `touched` (`moved`, after its
+        // commits), which by coherence reads it (nothing after the swap changes `touched` but
+        // `fetch_max`es of smaller times) and starts over. When this CAS comes first in the word's
         // modification order, the RMW reads its value, so the move carries our units.
-        state.word(rule.at()).compare_exchange(view.seen, next, Ordering::Acquire, Ordering::Relaxed).is_ok()
+        state.word(rule.at()).compare_exchange(view.seen, next, Ordering::AcqRel, Ordering::Relaxed).is_ok()
     }
     /// Takes `cost` back out of the window the commit counted in. Exact: counts add up in
     /// any order, and a window's tag never comes back once the word has moved on. Once the

@@ -85,17 +85,20 @@ impl Counter for Gcra {
     }
     #[inline]
     fn commit(state: &KeyState, rule: &Rule, view: &View, cost: u64) -> bool {
-        // The word's modification order alone orders admissions: nothing but the word is
-        // read or published with it, so no Release is needed, on x86, ARM or loom alike.
-        // Acquire pairs with the AcqRel RMW of `KeyState::migrate` (a policy change) when
-        // this CAS reads its value: the retirement swapped into `touched` before that RMW
-        // then happens-before this check's re-read of `touched` (`moved`, after its
-        // commits), which by coherence reads it (nothing after the swap changes `touched`
-        // but `fetch_max`es of smaller times) and starts over. When this CAS comes first in the word's modification order, the RMW
-        // reads its value (an RMW reads the latest value), so the move carries our units.
+        // The word's modification order alone orders admissions: nothing but the word is read or
+        // published with it. Release pairs with the AcqRel RMW of `KeyState::migrate_at` when that
+        // reads this value (or a later one in its release sequence): this check's clock reading
+        // then happens-before the move's, so the move is never timed before this commit (see
+        // there). On x86 the CAS is the same instruction either way. Acquire pairs with that same
+        // RMW when this CAS reads its value: the retirement swapped into `touched` before that RMW
+        // then happens-before this check's re-read of `touched` (`moved`, after its commits), which
+        // by coherence reads it (nothing after the swap changes `touched` but `fetch_max`es of
+        // smaller times) and starts over. When this CAS comes first in the word's modification
+        // order, the RMW reads its value (an RMW reads the latest value), so the move carries our
+        // units.
         state
             .word(rule.at())
-            .compare_exchange(view.seen, view.after(rule, cost), Ordering::Acquire, Ordering::Relaxed)
+            .compare_exchange(view.seen, view.after(rule, cost), Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()
     }
     fn rollback(state: &KeyState, rule: &Rule, view: &View, cost: u64) {

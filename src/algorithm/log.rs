@@ -138,7 +138,7 @@ impl Log {
     fn replace(state: &KeyState, rule: &Rule, seen: u64, next: u64) -> bool {
         // Release pairs with the Acquire loads in `view` and `rollback`: the snapshot's
         // entries, written before, are visible to whoever loads its address. Acquire pairs
-        // with the RMWs of `KeyState::migrate` (a policy change).
+        // with the RMWs of `KeyState::migrate_at` (a policy change).
         match state.word(rule.at()).compare_exchange(seen, next, Ordering::AcqRel, Ordering::Relaxed) {
             Ok(_) => {
                 if seen != EMPTY {

@@ -574,7 +574,7 @@ impl KeyState<'_> {
         let next = pack(view.slot, view.current + cost);
         // Release pairs with the Acquire load in `view`: the history written just above
         // happens-before any view that sees `next` (or a later value in its release sequence).
-        // Acquire pairs with the RMWs of `migrate` (see there).
+        // Acquire pairs with the RMWs of `KeyState::migrate_at` (see there).
         self.word(rule.at).compare_exchange(view.seen, next, Ordering::AcqRel, Ordering::Relaxed).is_ok()
     }
 
