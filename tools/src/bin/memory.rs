@@ -4,7 +4,10 @@
 //! A counting global allocator records live heap bytes; each configuration inserts 1,000,000
 //! `u64` keys into a fresh limiter and reports (heap after − heap before) / keys, which
 //! includes the map's table, its spare capacity and each key's state: what a process
-//! really pays. governor 0.10 runs keyed (one DashMap limiter per quota, its way of composing
+//! really pays. Beside it, RSS per key: each configuration and each library runs in a
+//! fresh process (this program with `--row N`, and `--governor`), which reports the growth
+//! of its resident pages (`/proc/self/statm`) over the inserts divided by the keys: the
+//! allocator's own overhead (malloc's chunk headers and rounding) included. governor 0.10 runs keyed (one DashMap limiter per quota, its way of composing
 //! limits). Prints one markdown table; the targets are bounds on slidegate's total per key:
 //!
 //! - 10/s (one 1-second slot): ≤ 64 B;
@@ -24,16 +27,21 @@ use governor::{Quota, RateLimiter};
 use slidegate::{Algorithm, ConfigError, Limit, Limiter, ManualClock};
 
 use counting_alloc::{live_bytes as live, Counting};
-use slidegate_tools::counting_alloc;
+use slidegate_tools::{counting_alloc, rss};
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
 
 const KEYS: u64 = 1_000_000;
 
-/// Heap bytes per key for slidegate with `limits`.
-fn slidegate(algorithm: Algorithm, limits: &[Limit]) -> Result<(f64, usize), ConfigError> {
-    let before = live();
+/// Resident bytes now (0 where `/proc` is missing).
+fn resident() -> u64 {
+    rss::resident_bytes().unwrap_or(0)
+}
+
+/// Heap and RSS bytes per key for slidegate with `limits`, and its state's bytes per key.
+fn slidegate(algorithm: Algorithm, limits: &[Limit]) -> Result<(f64, f64, usize), ConfigError> {
+    let (before, resident_before) = (live(), resident());
     let mut builder = Limiter::<u64>::builder().algorithm(algorithm).clock(ManualClock::new());
     for limit in limits {
         builder = builder.limit(*limit);
@@ -43,13 +51,14 @@ fn slidegate(algorithm: Algorithm, limits: &[Limit]) -> Result<(f64, usize), Con
         let _ = limiter.check(&k);
     }
     let per_key = (live() - before) as f64 / KEYS as f64;
-    Ok((per_key, limiter.state_bytes_per_key()))
+    let rss_per_key = resident().saturating_sub(resident_before) as f64 / KEYS as f64;
+    Ok((per_key, rss_per_key, limiter.state_bytes_per_key()))
 }
 
-/// Heap bytes per key for governor, one keyed limiter per quota (its way of composing
-/// limits), in its default DashMap store.
-fn governor(quotas: &[Quota]) -> f64 {
-    let before = live();
+/// Heap and RSS bytes per key for governor, one keyed limiter per quota (its way of
+/// composing limits), in its default DashMap store.
+fn governor(quotas: &[Quota]) -> (f64, f64) {
+    let (before, resident_before) = (live(), resident());
     let limiters: Vec<_> = quotas.iter().map(|q| RateLimiter::keyed(*q)).collect();
     for k in 0..KEYS {
         for l in &limiters {
@@ -57,8 +66,27 @@ fn governor(quotas: &[Quota]) -> f64 {
         }
     }
     let per_key = (live() - before) as f64 / KEYS as f64;
+    let rss_per_key = resident().saturating_sub(resident_before) as f64 / KEYS as f64;
     drop(limiters);
-    per_key
+    (per_key, rss_per_key)
+}
+
+/// Runs this program again for row `row` (slidegate, or governor with `governor`) in a
+/// fresh process, so that neither the other rows' freed memory nor the other library's
+/// pages are in its RSS, and parses the figures it prints.
+fn in_child(row: usize, governor: bool) -> Result<Vec<f64>, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+    let mut command = std::process::Command::new(exe);
+    command.args(["--row", &row.to_string()]);
+    if governor {
+        command.arg("--governor");
+    }
+    let out = command.output().map_err(|e| format!("row {row}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("row {row}: {}", String::from_utf8_lossy(&out.stderr)));
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split_whitespace().map(|f| f.parse::<f64>().map_err(|e| format!("row {row}: {f:?}: {e}"))).collect()
 }
 
 fn nonzero(n: u32) -> NonZeroU32 {
@@ -75,16 +103,22 @@ struct Config {
     target: Option<f64>,
 }
 
-/// heap bytes per key, slidegate beside governor, against the core's memory targets.
+/// heap and RSS bytes per key, slidegate beside governor, against the core's memory targets.
 #[derive(argh::FromArgs)]
 struct Args {
     /// exit with status 1 when a bound is missed
     #[argh(switch)]
     strict: bool,
+    /// measure only this row, in this process, and print its figures (used by the report)
+    #[argh(option)]
+    row: Option<usize>,
+    /// with --row: measure governor instead of slidegate
+    #[argh(switch)]
+    governor: bool,
 }
 
-fn main() -> Result<ExitCode, ConfigError> {
-    let Args { strict } = argh::from_env();
+fn main() -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let Args { strict, row, governor: measure_governor } = argh::from_env();
     // The command line as given, for the report's title.
     let args: Vec<String> = std::env::args().skip(1).collect();
     let command = if args.is_empty() {
@@ -156,22 +190,43 @@ fn main() -> Result<ExitCode, ConfigError> {
         },
     ];
 
+    if let Some(row) = row {
+        let config = configs.get(row).ok_or_else(|| format!("no row {row}"))?;
+        if measure_governor {
+            let (heap, rss) = governor(&config.quotas);
+            println!("{heap} {rss}");
+        } else {
+            let (heap, rss, state) = slidegate(config.algorithm, &config.limits)?;
+            println!("{heap} {rss} {state}");
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+
     println!("## `{command}`\n");
     println!(
-        "Heap per key (table, spare capacity and state), {KEYS} u64 keys, slidegate beside governor 0.10:\n"
+        "Heap per key (table, spare capacity and state) and RSS growth per key (each row and each library \
+         in a fresh process), {KEYS} u64 keys, slidegate beside governor 0.10:\n"
     );
     println!(
-        "| policy | algorithm | slots per key | slidegate state | slidegate total | governor total | ratio | target |"
+        "| policy | algorithm | slots per key | slidegate state | slidegate heap | governor heap | ratio | \
+         slidegate RSS | governor RSS | target (heap) |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---|");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---|");
     let (mut met, mut missed) = (0, 0);
-    for config in configs {
+    for (row, config) in configs.iter().enumerate() {
         let slots = match config.algorithm {
             Algorithm::SlidingWindow => config.limits.iter().map(Limit::slots).sum::<u64>().to_string(),
             _ => "—".to_owned(),
         };
-        let (ours, state) = slidegate(config.algorithm, &config.limits)?;
-        let theirs = governor(&config.quotas);
+        let ours = in_child(row, false)?;
+        let theirs = in_child(row, true)?;
+        let (Some(&heap), Some(&rss), Some(&state)) = (ours.first(), ours.get(1), ours.get(2)) else {
+            return Err(format!("row {row}: {ours:?}").into());
+        };
+        let (Some(&their_heap), Some(&their_rss)) = (theirs.first(), theirs.get(1)) else {
+            return Err(format!("row {row}: {theirs:?}").into());
+        };
+        let ours = heap;
         let target = match config.target {
             Some(bound) if ours <= bound => {
                 met += 1;
@@ -184,10 +239,11 @@ fn main() -> Result<ExitCode, ConfigError> {
             None => String::from("—"),
         };
         println!(
-            "| {} | {:?} | {slots} | {state} B | {ours:.0} B | {theirs:.0} B | {:.2} | {target} |",
+            "| {} | {:?} | {slots} | {state} B | {ours:.0} B | {their_heap:.0} B | {:.2} | {rss:.0} B | \
+             {their_rss:.0} B | {target} |",
             config.name,
             config.algorithm,
-            ours / theirs
+            ours / their_heap
         );
     }
     println!(
