@@ -5,16 +5,14 @@
 //! long before the one they were counted in, and they would leave the new window early.
 //!
 //! Key 1 under 2 per 10 s strict (1 s slots). A check C reads the clock at 0 s and is
-//! delayed (before any node exists). The main thread takes units at 5.5 s and 10.5 s, then D
-//! at 16.5 s (admitted: slot 5 has left the strict window, slot 10 is in it; the key is not
-//! expired: 6 s since 10.5 s), changes the policy to 2 per 20 s strict (a new window: the
-//! state is laid out anew with Conservative carry), joins C and checks E of cost 2 at 21.5 s.
-//! D (16.5 s) and E (2 units, 21.5 s) are 5 s apart: three units inside one 10 s interval, over
-//! both the old limit (2 per 10 s) and the new one (2 per 20 s), so no correct run admits both.
-//! A move timed at C's 0 s would record the window's 2 units in slot 0 of the new state, with
-//! `touched` = 0: by 21.5 s they would have left the new window (the new state even expired),
-//! and E would be admitted. The limiter times the move by its clock, read after the old
-//! state's words, so the units land at 16.5 s or later.
+//! delayed. The main thread checks D, 2 units at 16.5 s (admitted: a unit C may have taken
+//! at 0 s has left the window), changes the policy to 2 per 20 s strict (a new window: the
+//! state is laid out anew with Conservative carry), joins C and checks E, 1 unit at 21.5 s.
+//! D and E are 5 s apart: three units inside one 10 s interval, over both the old limit and
+//! the new one, so no correct run admits both. A move timed at C's 0 s would record D's
+//! units in slot 0 of the new state, with `touched` = 0: by 21.5 s they would have left the
+//! new window (the new state even expired), and E would be admitted. The limiter times the
+//! move by its clock, read after the old state's words, so the units land at 16.5 s.
 //!
 //! Run: `RUSTFLAGS="--cfg slidegate_loom --cfg crossbeam_loom" LOOM_MAX_PREEMPTIONS=2
 //! CARGO_TARGET_DIR=target/loom cargo test --release -p slidegate-loom-tests --test stale_move`
@@ -53,19 +51,15 @@ fn run(algorithm: Algorithm, old: Limit, new: Limit) {
         };
         // Lets C read its clock (0 s) before the main thread moves it on.
         thread::yield_now();
-        clock.set(ms(5_500));
-        let _ = limiter.check(&1);
-        clock.set(ms(10_500));
-        let _ = limiter.check(&1);
         clock.set(ms(16_500));
-        let d = limiter.check(&1);
+        let d = limiter.check_n(&1, 2);
         limiter.update_policy("default", PolicyConfig::new([new]), Carry::Conservative).unwrap();
         let (c_start, c) = c.join().unwrap();
         clock.set(ms(21_500));
-        let e = limiter.check_n(&1, 2);
+        let e = limiter.check(&1);
         assert!(
             !(d.is_allowed() && e.is_allowed()),
-            "over-admission: D (1 unit at 16.5 s) and E (2 units at 21.5 s) both admitted under \
+            "over-admission: D (2 units at 16.5 s) and E (1 unit at 21.5 s) both admitted under \
              {old} then {new}; C read the clock at {c_start:?} and answered {c:?}"
         );
     });
