@@ -49,9 +49,9 @@ const AWAKE: Duration = Duration::from_millis(100);
 /// Only the number itself is communicated (no other memory is published with it), so every
 /// access is `Relaxed`. Writers only ever raise it (`fetch_max`), so it never runs backwards,
 /// and never past [`END_OF_TIME`]. The real clock's atomic may also carry [`STALE`]; a
-/// [`ManualClock`]'s never does. A reading returns a time stored in the atomic, so of two
-/// readings where one happens-before the other, the first is never the later (coherence),
-/// except on a thread that reads quietly (the sweeper: it commits and moves nothing).
+/// [`ManualClock`]'s never does. A reading returns a time stored in the atomic (a quiet
+/// reading too, with the mark kept), so of two readings where one happens-before the other,
+/// the first is never the later (coherence).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Now(Arc<AtomicU64>);
 
@@ -66,14 +66,14 @@ impl Now {
     }
 
     /// The real clock, read while its ticker sleeps: the exact time from `quanta`, stored in
-    /// the atomic without the mark, and the ticker woken, unless this thread reads quietly.
+    /// the atomic without the mark, and the ticker woken, unless this thread reads quietly
+    /// (then stored with the mark kept: the ticker sleeps on).
     #[cold]
     #[inline(never)]
     fn refresh(&self, seen: u64) -> u64 {
         let now = real_nanos().max(seen & !STALE);
         if QUIET.with(Cell::get) {
-            // Not stored: the ticker sleeps on. Never earlier than stored.
-            return now;
+            return self.store_quietly(seen, now);
         }
         // Only a marked value is replaced: an unmarked one is a time the ticker or another
         // reader stored since, which stands. SeqCst, with the ticker's SeqCst `WOKEN` store
@@ -107,6 +107,30 @@ impl Now {
         // readings are coherent: a reading that happens-before another is at most as late
         // (`KeyState::migrate_at` relies on it to time a move after the commits it carries).
         time
+    }
+
+    /// A quiet reading is stored too, with the mark kept (the ticker sleeps on), so that
+    /// every time any thread returns was stored in the atomic: the sweeper's times reach
+    /// other threads through the shards' floors, and a later reading (a move's, see
+    /// `KeyState::migrate_at`) must not be earlier than a time a check decided at. A reader
+    /// refreshing from an older marked value then fails its CAS and stores at least this.
+    fn store_quietly(&self, seen: u64, now: u64) -> u64 {
+        let mut cur = seen;
+        loop {
+            let time = now.max(cur & !STALE);
+            // Relaxed: only the number (and the mark, kept as found) is communicated; the
+            // wake-up protocol's SeqCst CAS that clears a mark is ordered after the ticker's
+            // `fetch_or` by coherence alone, whatever RMWs came between.
+            match self.0.compare_exchange_weak(
+                cur,
+                (cur & STALE) | time,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return time,
+                Err(actual) => cur = actual,
+            }
+        }
     }
 
     fn raise_to(&self, nanos: u64) {

@@ -424,9 +424,16 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
     /// Acquire load), happens after the raise and reads it or a later value (coherence,
     /// on every memory model). A check that still finds the old node decides on that node,
     /// whose retirement protocol covers it.
+    ///
+    /// Acquire pairs with the Release of `raise_floor`: a check that reads a floor raised
+    /// by another shard's holder (`check_all` and `check_many` raise `now` to the floor of
+    /// every key's shard, then commit in all of them) has that holder's clock reading
+    /// happen-before its commit, and so before a move that carries the commit and reads the
+    /// clock after it (`KeyState::migrate_at`): the move is never timed before the commit.
+    /// (A plain load on x86.)
     #[inline]
     pub(crate) fn floor(&self, hash: u64) -> u64 {
-        self.shard(hash).floor.load(Ordering::Relaxed)
+        self.shard(hash).floor.load(Ordering::Acquire)
     }
 
     /// The node of `key`, if held.
@@ -715,9 +722,9 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
             Change::Remove => now,
             Change::Keep | Change::Repoint(_) => return,
         };
-        // Relaxed: see `floor`; the slot store that follows (Release for a replacement) and
-        // the mutex publish it.
-        shard.floor.fetch_max(at, Ordering::Relaxed);
+        // Release pairs with the Acquire load in `floor` (see there); within the shard the
+        // mutex and the slot store that follows (Release for a replacement) publish it.
+        shard.floor.fetch_max(at, Ordering::Release);
     }
 
     fn apply(
