@@ -94,9 +94,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Ok(());
     }
 
+    // The bots stop first, then the server: a bot still sending to a closed port would get
+    // "connection refused" back.
+    let (stop_bots, bots_stopped) = watch::channel(false);
     let bots: Vec<_> = BOTS
         .iter()
-        .map(|&(player, _, moves, chat)| tokio::spawn(bot(addr, player, moves, chat, stopped.clone())))
+        .map(|&(player, _, moves, chat)| tokio::spawn(bot(addr, player, moves, chat, bots_stopped.clone())))
         .collect();
     println!(
         "bots: {}\n",
@@ -126,10 +129,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         before = now;
     }
-    stop.send(true)?;
+    stop_bots.send(true)?;
     for bot in bots {
         bot.await??;
     }
+    stop.send(true)?;
     server.await??;
     let throttled_players: u64 =
         BOTS.iter().filter(|b| b.1 == "player").map(|b| before.get(&b.0).map_or(0, |s| s[1] + s[3])).sum();
