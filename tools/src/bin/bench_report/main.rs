@@ -249,6 +249,56 @@ fn hold(row: &Row, side: Side, pass: &Pass, failures: &mut Vec<String>) {
     }
 }
 
+/// Every row's passes so far, and the checks per pass of its next round.
+struct Runs {
+    iters: Vec<[u64; 2]>,
+    /// ns per check of each round, per row and side.
+    times: Vec<[Vec<f64>; 2]>,
+    /// slidegate / governor of each round, per row.
+    ratios: Vec<Vec<f64>>,
+    /// Checks admitted and done, per row and side, over the rounds.
+    counts: Vec<[(u64, u64); 2]>,
+    /// The 1 M-key passes' lengths, in seconds.
+    long_passes: Vec<f64>,
+    failures: Vec<String>,
+}
+
+impl Runs {
+    fn new(iters: Vec<[u64; 2]>) -> Runs {
+        let rows = iters.len();
+        Runs {
+            iters,
+            times: vec![[Vec::new(), Vec::new()]; rows],
+            ratios: vec![Vec::new(); rows],
+            counts: vec![[(0, 0); 2]; rows],
+            long_passes: Vec::new(),
+            failures: Vec::new(),
+        }
+    }
+
+    /// One pass of row `i` on each side, in the order `sides`.
+    fn row(&mut self, bench: &mut Bench, i: usize, sides: [Side; 2], budget: impl Fn(Phase) -> Duration) {
+        let row = &ROWS[i];
+        let mut pair = [0.0; 2];
+        for side in sides {
+            let s = side.index();
+            let pass = (row.run)(bench, side, self.iters[i][s]);
+            hold(row, side, &pass, &mut self.failures);
+            let count = &mut self.counts[i][s];
+            *count = (count.0 + pass.admitted, count.1 + pass.checks * pass.threads);
+            if row.phase == Phase::Long {
+                self.long_passes.push(pass.elapsed.as_secs_f64());
+            }
+            pair[s] = pass.ns_per_check();
+            self.times[i][s].push(pass.ns_per_check());
+            // The next round's pass from this one's speed: passes keep to their budget as
+            // the caches and the machine settle.
+            self.iters[i][s] = iterations(pass.ns_per_check(), budget(row.phase));
+        }
+        self.ratios[i].push(pair[0] / pair[1]);
+    }
+}
+
 fn main() -> ExitCode {
     let Args { quick, rounds } = argh::from_env();
     let rounds = rounds.filter(|&n| n > 0).unwrap_or(if quick { 3 } else { 7 });
@@ -299,11 +349,8 @@ fn main() -> ExitCode {
     }
     bench.calibrating = false;
 
-    let mut times = vec![[Vec::new(), Vec::new()]; ROWS.len()];
-    let mut ratios = vec![Vec::new(); ROWS.len()];
-    let mut long_passes = Vec::new();
-    // Checks admitted and done, per row and side, over the rounds.
-    let mut counts = vec![[(0u64, 0u64); 2]; ROWS.len()];
+    let mut runs = Runs::new(iters);
+    let history = order.iter().copied().find(|&i| ROWS[i].phase == Phase::History);
     for round in 0..rounds {
         bench.start_round();
         let sides = if round % 2 == 0 {
@@ -311,26 +358,28 @@ fn main() -> ExitCode {
         } else {
             [Side::Governor, Side::Slidegate]
         };
-        for &i in &order {
-            let row = &ROWS[i];
-            let mut pair = [0.0; 2];
-            for side in sides {
-                let pass = (row.run)(&mut bench, side, iters[i][side.index()]);
-                hold(row, side, &pass, &mut failures);
-                let count = &mut counts[i][side.index()];
-                *count = (count.0 + pass.admitted, count.1 + pass.checks * pass.threads);
-                if row.phase == Phase::Long {
-                    long_passes.push(pass.elapsed.as_secs_f64());
+        // The older-slot refusals run after the first short row by whose end their keys are
+        // 2.5 s old, or, waiting for that, before the first long row.
+        let mut waiting = history;
+        for &i in order.iter().filter(|&&i| Some(i) != history) {
+            if ROWS[i].phase == Phase::Long {
+                if let Some(h) = waiting.take() {
+                    runs.row(&mut bench, h, sides, budget);
                 }
-                pair[side.index()] = pass.ns_per_check();
-                times[i][side.index()].push(pass.ns_per_check());
-                // The next round's pass from this one's speed: passes keep to their budget
-                // as the caches and the machine settle.
-                iters[i][side.index()] = iterations(pass.ns_per_check(), budget(row.phase));
             }
-            ratios[i].push(pair[0] / pair[1]);
+            runs.row(&mut bench, i, sides, budget);
+            if bench.history_ready() {
+                if let Some(h) = waiting.take() {
+                    runs.row(&mut bench, h, sides, budget);
+                }
+            }
+        }
+        if let Some(h) = waiting {
+            runs.row(&mut bench, h, sides, budget);
         }
     }
+    let Runs { mut times, mut ratios, counts, long_passes, failures: mut failed, .. } = runs;
+    failures.append(&mut failed);
 
     println!("| scenario | slidegate | governor | slidegate / governor | target |");
     println!("|---|---:|---:|---:|---|");

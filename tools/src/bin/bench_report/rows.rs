@@ -8,7 +8,7 @@ use governor::clock::FakeRelativeClock;
 use slidegate::Algorithm;
 use slidegate_tools::workloads::{
     self, three_limits, AgedKey, Contender, Governor, GovernorThree, Keys, Pass, Policy, Slidegate, Visits,
-    FEW_KEYS, HOT_KEY, MANY_KEYS, VISIT_SEED,
+    FEW_KEYS, HISTORY_AGE, HOT_KEY, MANY_KEYS, VISIT_SEED,
 };
 
 /// Which contender a pass runs on.
@@ -58,8 +58,9 @@ impl Expect {
 pub enum Phase {
     /// First: the rows with short passes, while the round's aged keys age.
     Short,
-    /// Then the refusals against history in older slots, once their admissions are
-    /// [`workloads::HISTORY_AGE`] old.
+    /// The refusals against history in older slots: as soon as their admissions are
+    /// [`workloads::HISTORY_AGE`] old (after the short row during which they reach it, or,
+    /// waiting for it, before the first long row).
     History,
     /// Last: the 1 M-key rows, whose passes are long.
     Long,
@@ -214,6 +215,11 @@ impl Bench {
     pub fn start_round(&mut self) {
         self.aged[0].renew(&self.older.ours);
         self.aged[1].renew(&self.older.theirs);
+    }
+
+    /// Both sides' aged keys are `HISTORY_AGE` old.
+    pub fn history_ready(&self) -> bool {
+        self.aged.iter().all(|a| a.current().is_some_and(|(_, age)| age >= HISTORY_AGE))
     }
 }
 
