@@ -26,7 +26,7 @@ mod itself;
 mod rows;
 
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rows::{ours, Bench, Expect, Phase, Side};
 use slidegate_tools::workloads::{Pass, Slidegate};
@@ -260,6 +260,8 @@ struct Runs {
     counts: Vec<[(u64, u64); 2]>,
     /// The 1 M-key passes' lengths, in seconds.
     long_passes: Vec<f64>,
+    /// How long each row took last time, both sides and their set-up together.
+    walls: Vec<Option<Duration>>,
     failures: Vec<String>,
 }
 
@@ -272,6 +274,7 @@ impl Runs {
             ratios: vec![Vec::new(); rows],
             counts: vec![[(0, 0); 2]; rows],
             long_passes: Vec::new(),
+            walls: vec![None; rows],
             failures: Vec::new(),
         }
     }
@@ -279,6 +282,7 @@ impl Runs {
     /// One pass of row `i` on each side, in the order `sides`.
     fn row(&mut self, bench: &mut Bench, i: usize, sides: [Side; 2], budget: impl Fn(Phase) -> Duration) {
         let row = &ROWS[i];
+        let began = Instant::now();
         let mut pair = [0.0; 2];
         for side in sides {
             let s = side.index();
@@ -296,6 +300,7 @@ impl Runs {
             self.iters[i][s] = iterations(pass.ns_per_check(), budget(row.phase));
         }
         self.ratios[i].push(pair[0] / pair[1]);
+        self.walls[i] = Some(began.elapsed());
     }
 }
 
@@ -358,21 +363,22 @@ fn main() -> ExitCode {
         } else {
             [Side::Governor, Side::Slidegate]
         };
-        // The older-slot refusals run after the first short row by whose end their keys are
-        // 2.5 s old, or, waiting for that, before the first long row.
+        // The older-slot refusals run (waiting until their keys are 2.5 s old) before the
+        // first row that would take their keys past that: by the previous round's length of
+        // that row, with a margin; in the first round, before any row.
         let mut waiting = history;
         for &i in order.iter().filter(|&&i| Some(i) != history) {
-            if ROWS[i].phase == Phase::Long {
+            let late = match runs.walls[i] {
+                _ if ROWS[i].phase == Phase::Long => true,
+                Some(wall) => bench.history_due_within(wall.mul_f64(1.25)),
+                None => true,
+            };
+            if late {
                 if let Some(h) = waiting.take() {
                     runs.row(&mut bench, h, sides, budget);
                 }
             }
             runs.row(&mut bench, i, sides, budget);
-            if bench.history_ready() {
-                if let Some(h) = waiting.take() {
-                    runs.row(&mut bench, h, sides, budget);
-                }
-            }
         }
         if let Some(h) = waiting {
             runs.row(&mut bench, h, sides, budget);
