@@ -138,8 +138,6 @@ pub struct Bench {
     three: Both<Slidegate, GovernorThree>,
     two_hot: Both<Arc<Slidegate>, Arc<Governor>>,
     two_disjoint: Both<Arc<Slidegate>, Arc<Governor>>,
-    /// While calibrating, the aged-key row does not wait for its key to age.
-    pub calibrating: bool,
     /// The age of the refused-for admission at the start of each timed older-slot pass.
     pub ages: Vec<Duration>,
 }
@@ -204,7 +202,6 @@ impl Bench {
             )?,
             two_hot: arc(one(Policy::HotMinute)?),
             two_disjoint,
-            calibrating: false,
             ages: Vec::new(),
         })
     }
@@ -261,11 +258,8 @@ pub fn hot(b: &mut Bench, side: Side, iters: u64) -> Pass {
 
 pub fn older(b: &mut Bench, side: Side, iters: u64) -> Pass {
     let aged = &b.aged[side.index()];
-    let key = if b.calibrating { aged.current() } else { aged.aged() };
-    let (key, age) = key.unwrap_or_else(|| unreachable!("start_round admits the aged keys"));
-    if !b.calibrating {
-        b.ages.push(age);
-    }
+    let (key, age) = aged.aged().unwrap_or_else(|| unreachable!("start_round admits the aged keys"));
+    b.ages.push(age);
     b.older.hot(side, key, iters)
 }
 
