@@ -1,6 +1,6 @@
 //! The tower layer's overhead per request and the cost of metrics per check (features
-//! `tower`, `axum`, `metrics`): shared by the criterion bench (`cargo bench -p slidegate-tools --bench limiter
-//! --all-features -- gateway`) and `tools/src/bin/gateway_report.rs`, which prints the README's
+//! `tower`, `axum`, `metrics`): shared by the criterion bench (`cargo bench -p slidegate-benches --bench
+//! limiter --features gateway -- gateway`) and `tools/src/bin/gateway_report.rs`, which prints the README's
 //! figures.
 
 use std::convert::Infallible;

@@ -71,13 +71,16 @@ const REPORTS: &[&str] = &[
 /// The README's headline: these rows of `bench_report`'s first table (by their first cell)...
 const HEADLINE_SPEED: &[&str] = &[
     "one hot key, admitted",
-    "one hot key, refused",
-    "1,000 keys round-robin",
-    "1 M keys random order, one slot (per second @1s)",
-    "1 M keys random order, 60 one-second slots (per minute @1s)",
-    "1 M keys random order, 10/s + 120/min + 240/h@1min",
+    "one hot key, refused, history in older slots",
+    "one hot key, refused, history in the current slot",
+    "1,000 keys, random order",
+    "1 M keys random, one slot (per_second)",
+    "1 M keys random, 60 slots (per_minute)",
+    "GCRA, one hot key",
+    "GCRA, 1 M keys random",
     "every check a new key",
     "2 threads, one hot key",
+    "1 M keys random, 10/s + 120/min + 240/h",
 ];
 /// ...and these of `memory`'s.
 const HEADLINE_MEMORY: &[&str] = &["10/s", "60/min at 1 s precision", "1000/min at 1 s precision"];

@@ -1,12 +1,12 @@
-//! `sweep()` over 1 M keys, none expired and all expired (slidegate only: governor has no
-//! eviction of its own; its `retain_recent` is the nearest thing and is measured beside it).
+//! `sweep()` over 1 M keys (inserted in a random order), none expired and all expired
+//! (slidegate only: governor evicts nothing by itself; its caller runs `retain_recent`).
 
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion};
 use slidegate::{Limit, Limiter, ManualClock};
 
-use slidegate_tools::workloads::MANY_KEYS;
+use slidegate_tools::workloads::{self, MANY_KEYS};
 
 fn filled() -> (Limiter<u64>, ManualClock) {
     let clock = ManualClock::new();
@@ -15,7 +15,7 @@ fn filled() -> (Limiter<u64>, ManualClock) {
         .clock(clock.clone())
         .build()
         .unwrap_or_else(|e| unreachable!("{e}"));
-    for k in 0..MANY_KEYS {
+    for k in workloads::shuffled(0, MANY_KEYS) {
         let _ = limiter.check(&k);
     }
     (limiter, clock)

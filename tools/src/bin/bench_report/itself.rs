@@ -1,0 +1,192 @@
+//! The figures that compare slidegate with itself: two threads on disjoint keys against one
+//! thread, `sweep()` per key, and check latency while another thread sweeps.
+
+use std::hint::black_box;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use slidegate::{ConfigError, Limit, Limiter, ManualClock};
+use slidegate_tools::workloads::{self, Policy, Slidegate, Visits, FEW_KEYS, MANY_KEYS, VISIT_SEED};
+
+use crate::rows::{disjoint_set, disjoint_visits};
+use crate::{iterations, median, Tally};
+
+/// Two threads on disjoint 1,000-key sets against one thread on one set
+/// (`per_second(1_000_000_000)`, random visit order), in alternating order, medians of
+/// the rounds. Measured first, on a fresh heap, where each set's nodes lie together (the
+/// sets inserted one after the other, each in a random order). With `alternate` (measured
+/// next, on the heap the first run freed), the two sets' keys are inserted alternately, so
+/// that neighbouring nodes, which share cache lines (a node here is 48 bytes), may belong
+/// to different threads and contend (false sharing; a heap fragmented by earlier work places
+/// nodes much like this). That row has no target.
+///
+/// A refusal (the policy never refuses) is pushed onto `failures`.
+pub fn scaling(
+    rounds: usize,
+    budget: Duration,
+    tally: &mut Tally,
+    alternate: bool,
+    failures: &mut Vec<String>,
+) -> String {
+    let limiter = Arc::new(Slidegate::sliding(Policy::HotSecond));
+    let [zero, one] = [0, 1].map(|t| workloads::shuffled(disjoint_set(t), FEW_KEYS));
+    let order: Vec<u64> = if alternate {
+        zero.iter().zip(&one).flat_map(|(&a, &b)| [a, b]).collect()
+    } else {
+        zero.iter().chain(&one).copied().collect()
+    };
+    let inserted = workloads::prefill(&*limiter, &order);
+    let mut visits = Visits::new(VISIT_SEED, disjoint_set(0), FEW_KEYS);
+    let iters = iterations(workloads::random(&*limiter, &mut visits, 10_000).ns_per_check(), budget);
+    let mut admitted = inserted == 2 * FEW_KEYS;
+    let (mut single, mut double, mut gains) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..rounds {
+        let mut alone = || workloads::random(&*limiter, &mut visits, iters);
+        let both = || workloads::two_threads(&limiter, iters, disjoint_visits);
+        let (a, b) = if round % 2 == 0 {
+            let a = alone();
+            (a, both())
+        } else {
+            let b = both();
+            (alone(), b)
+        };
+        admitted &= a.all_admitted() && b.all_admitted();
+        let (a, b) = (a.ns_per_check(), b.ns_per_check());
+        single.push(a);
+        double.push(b);
+        // Aggregate throughput of two threads (2 checks per `b`) over one thread's.
+        gains.push(2.0 * a / b);
+    }
+    let (a, b, gain) = (median(&mut single), median(&mut double), median(&mut gains));
+    let (name, target) = if alternate {
+        (
+            "the same, keys of the two sets inserted alternately (neighbouring nodes may belong to different threads)",
+            String::from("—"),
+        )
+    } else {
+        (
+            "2 threads on disjoint 1,000-key sets, aggregate throughput vs one thread on 1,000 keys",
+            format!("≥ 1.5×: {}", tally.verdict(gain >= 1.5)),
+        )
+    };
+    if !admitted {
+        failures.push(format!("{name}: slidegate refused a check (expected all admitted)"));
+    }
+    format!("| {name} | {gain:.2}× (one thread {a:.1} ns per check, two {b:.1} ns per check per thread) | {target} |\n")
+}
+
+/// `keys` keys under `per_second(10)` on a `ManualClock`, inserted in a random order.
+fn filled(keys: u64) -> Result<(Limiter<u64>, ManualClock), ConfigError> {
+    let clock = ManualClock::new();
+    let limiter = Limiter::<u64>::builder().limit(Limit::per_second(10)).clock(clock.clone()).build()?;
+    for k in workloads::shuffled(0, keys) {
+        let _ = limiter.check(&k);
+    }
+    Ok((limiter, clock))
+}
+
+fn per_key(elapsed: Duration, keys: u64) -> f64 {
+    elapsed.as_nanos() as f64 / keys as f64
+}
+
+/// `sweep()` cost per key scanned over 1 M keys, and check latency while another thread
+/// sweeps them.
+pub fn sweep(quick: bool, rounds: usize, tally: &mut Tally) -> Result<(), ConfigError> {
+    let keys = MANY_KEYS;
+    let (limiter, clock) = filled(keys)?;
+    // Scanning: every round sweeps the same keys, none expired (median of the rounds).
+    let mut none: Vec<f64> = (0..rounds)
+        .map(|_| {
+            let start = Instant::now();
+            let evicted = limiter.sweep();
+            debug_assert_eq!(evicted, 0);
+            per_key(start.elapsed(), keys)
+        })
+        .collect();
+    let none = median(&mut none);
+    println!(
+        "| `sweep()` over 1 M keys, none expired: per key scanned | {none:.2} ns (median of {rounds}) | \
+         ≤ 5 ns: {} |",
+        tally.verdict(none <= 5.0)
+    );
+    clock.advance(Duration::from_secs(10));
+    let start = Instant::now();
+    let evicted = limiter.sweep();
+    let all = per_key(start.elapsed(), keys);
+    println!(
+        "| `sweep()` over 1 M keys, all expired: per key | {all:.1} ns (evicted {evicted}, one run) | — |"
+    );
+    drop(limiter);
+
+    // Latency of single checks on one thread (1,000 of the keys, in a random sequence) while
+    // another thread sweeps the 1 M keys in a loop (none expire: the clock is frozen, so every
+    // sweep scans them all), for at least `min_sweeps` whole sweeps; then, as the baseline
+    // that separates the sweep's effect from the machine's, as many checks while the other
+    // thread only spins.
+    let (limiter, _clock) = filled(keys)?;
+    let limiter = Arc::new(limiter);
+    let (min_checks, min_sweeps, most) =
+        if quick { (200_000, 20, Duration::from_secs(5)) } else { (2_000_000, 200, Duration::from_secs(30)) };
+    let mut checks = min_checks;
+    let mut sweeping_max = None;
+    for sweeping in [true, false] {
+        let stop = Arc::new(AtomicBool::new(false));
+        let sweeps = Arc::new(AtomicU64::new(0));
+        let other = {
+            let (limiter, stop, sweeps) = (Arc::clone(&limiter), Arc::clone(&stop), Arc::clone(&sweeps));
+            thread::spawn(move || {
+                // Relaxed: a stop flag and a progress count; nothing is published with them.
+                while !stop.load(Ordering::Relaxed) {
+                    if sweeping {
+                        limiter.sweep();
+                        sweeps.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        std::hint::spin_loop();
+                    }
+                }
+            })
+        };
+        let mut histogram = Histogram::<u64>::new(3).unwrap_or_else(|e| unreachable!("3 digits: {e}"));
+        let mut visits = Visits::new(VISIT_SEED, 0, FEW_KEYS);
+        let begin = Instant::now();
+        let mut done = 0u64;
+        loop {
+            let key = visits.next_key();
+            let start = Instant::now();
+            let _ = black_box(limiter.check(&key));
+            let _ = histogram.record(start.elapsed().as_nanos() as u64);
+            done += 1;
+            let enough = done >= checks && (!sweeping || sweeps.load(Ordering::Relaxed) >= min_sweeps);
+            if enough || (done.is_multiple_of(1024) && begin.elapsed() > most) {
+                break;
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        let _ = other.join();
+        checks = done;
+        let figures = format!(
+            "p50 {} ns, p99 {} ns, p99.9 {} ns, max {:.1} µs",
+            histogram.value_at_quantile(0.5),
+            histogram.value_at_quantile(0.99),
+            histogram.value_at_quantile(0.999),
+            histogram.max() as f64 / 1000.0
+        );
+        if sweeping {
+            let p999 = histogram.value_at_quantile(0.999);
+            sweeping_max = Some((histogram.max(), p999, figures, sweeps.load(Ordering::Relaxed)));
+        } else if let Some((max, p999, during, sweeps)) = sweeping_max.take() {
+            println!(
+                "| check latency during {sweeps} concurrent full sweeps ({checks} checks) | {during} | \
+                 max ≤ 100 µs: {} (p99.9 {} 100 µs; baseline max {:.1} µs) |",
+                tally.verdict(max <= 100_000),
+                if p999 <= 100_000 { "≤" } else { ">" },
+                histogram.max() as f64 / 1000.0
+            );
+            println!("| check latency, other thread spinning: baseline ({checks} checks) | {figures} | — |");
+        }
+    }
+    Ok(())
+}
