@@ -525,25 +525,6 @@ impl KeyState<'_> {
         read_entry(rule, self.word(at).load(Ordering::Relaxed), slot, shift)
     }
 
-    /// Units in slot `i` as `view` sees it (for retry times), or `None` if a racing check has
-    /// moved the key on and reused the slot's ring position since the view was taken.
-    fn units_in(&self, rule: &Rule, view: &View, i: u64) -> Option<u64> {
-        if view.expired || i > view.slot {
-            return Some(0);
-        }
-        if i == view.slot {
-            return Some(view.current);
-        }
-        match view.closing(rule) {
-            Some((closed, units)) if i == closed => Some(units),
-            Some((closed, _)) if i > closed => Some(0),
-            _ => match self.hist(rule, i) {
-                Hist::Count(units) => Some(units),
-                Hist::Newer(_) => None,
-            },
-        }
-    }
-
     /// Counts `cost` in the view's slot with one CAS on `cur`, first writing what the move
     /// to a new slot closes: the closed slot's final count, the skipped slots as empty, and
     /// the new slot's `sum`. `false` if `cur` changed since the view.
@@ -688,25 +669,61 @@ impl KeyState<'_> {
     fn admissible_walk(&self, rule: &Rule, view: &View, cost: u64, lost: &mut bool) -> u64 {
         let room = rule.max.saturating_sub(cost);
         let p = u128::from(rule.precision);
+        let last = view.slot + rule.slots + 1;
         let mut whole = view.current + view.full;
         let mut oldest = view.oldest;
-        // The slot leaving the window at step `k` is `view.slot + k − n`; in an open slot
-        // (the common case) its count comes straight from the ring, walked position by
-        // position rather than through a division per slot.
-        let plain = view.closing(rule).is_none() && !view.expired;
+        let closing = view.closing(rule);
+        // The newest slot with units (`tail`: the current one, or the one a move would close,
+        // after which nothing is counted yet) is known without the ring. `left` is what the
+        // ring's slots before it, wholly inside the window, hold and have not yet left. Once
+        // that is 0 and too many units remain, nothing changes until the tail becomes the
+        // oldest slot, and the walk jumps there: a refusal for a burst (its units in one
+        // slot, the usual case under attack) reads a few words, however long the ring and
+        // however old the burst. A saturated slot in the window makes `full` no count: no jump.
+        let (tail, tail_units) = match closing {
+            Some((closed, units)) if closed + rule.slots > view.slot => (closed, units),
+            _ => (view.slot, view.current),
+        };
+        let mut left = match (view.saturated, tail == view.slot) {
+            (true, _) => u64::MAX,
+            (false, true) => view.full,
+            (false, false) => view.full.checked_sub(tail_units).unwrap_or(u64::MAX),
+        };
         let mut position = rule.by_ring.rem(view.slot + 1 - rule.slots);
-        let mut start = view.slot;
-        if view.current > room {
-            // Nothing fits while the current slot is wholly inside the window (the usual
-            // refusal: a burst within one slot): go straight to where it becomes the oldest.
-            let closes_with = view.current.min(rule.entry_most);
-            (start, whole, oldest) = (view.slot + rule.slots, 0, as_oldest(rule, closes_with));
-        }
-        for slot in start..=view.slot + rule.slots + 1 {
-            if slot > start {
-                // The slot that was oldest has left; the next one becomes the oldest.
-                let i = slot - rule.slots;
-                let leaving = if plain && i < view.slot {
+        let mut slot = view.slot;
+        loop {
+            let from = if slot == view.slot { view.elapsed } else { 0 };
+            if whole <= room {
+                if let Some(at) = Self::fits_in(rule, p, room, whole, oldest, from) {
+                    return rule.time_of(slot, at);
+                }
+            } else if view.current > room && slot < view.slot + rule.slots {
+                // Nothing fits while the current slot is wholly inside the window (the usual
+                // refusal: a burst within one slot): go straight to where it becomes the oldest.
+                let closes_with = view.current.min(rule.entry_most);
+                (slot, whole, oldest) = (view.slot + rule.slots, 0, as_oldest(rule, closes_with));
+                continue;
+            } else if left == 0 && slot < tail + rule.slots {
+                // The ring's slots before the tail are empty from here: go straight to where
+                // the tail becomes the oldest.
+                (slot, whole, oldest) =
+                    (tail + rule.slots, whole.saturating_sub(tail_units), as_oldest(rule, tail_units));
+                continue;
+            }
+            if slot == last {
+                return rule.time_of(last, 0);
+            }
+            // The slot that was oldest leaves; the next one becomes the oldest. Its count comes
+            // from the ring, walked position by position (no division per slot), or from `cur`
+            // for the slot a move would close, after which the ring has nothing yet.
+            slot += 1;
+            let i = slot - rule.slots;
+            let leaving = match closing {
+                _ if i == view.slot => view.current,
+                _ if i > view.slot => 0,
+                Some((closed, units)) if i == closed => units,
+                Some((closed, _)) if i > closed => 0,
+                _ => {
                     let (at, shift) = rule.place(position as usize);
                     // Relaxed: ordered by the Acquire load of `cur` in `view`.
                     let word = self.word(at).load(Ordering::Relaxed);
@@ -714,44 +731,41 @@ impl KeyState<'_> {
                         *lost = true;
                         0
                     })
-                } else {
-                    self.units_in(rule, view, i).unwrap_or_else(|| {
-                        *lost = true;
-                        0
-                    })
-                };
-                position = if position + 1 == rule.ring { 0 } else { position + 1 };
-                whole = whole.saturating_sub(leaving);
-                oldest = as_oldest(rule, leaving);
-            }
-            let from = if slot == view.slot { view.elapsed } else { 0 };
-            if whole > room {
-                continue;
-            }
-            if rule.strict || oldest == 0 {
-                if whole + oldest <= room || oldest == 0 {
-                    return rule.time_of(slot, from);
-                }
-                continue;
-            }
-            // Need whole·p + oldest·(p − e) ≤ room·p, i.e. e ≥ (whole + oldest − room)·p / oldest.
-            let excess = (whole + oldest).saturating_sub(room);
-            if excess >= oldest {
-                // The crossing point is at or past the slot's end: the next slot decides.
-                continue;
-            }
-            // 64-bit division when the product fits (a 128-bit one is a slow library call).
-            let need = match excess.checked_mul(rule.precision) {
-                Some(product) => product.div_ceil(oldest),
-                None => {
-                    u64::try_from((u128::from(excess) * p).div_ceil(u128::from(oldest))).unwrap_or(u64::MAX)
                 }
             };
-            let at = need.max(from);
-            if at < rule.precision {
-                return rule.time_of(slot, at);
+            position = if position + 1 == rule.ring { 0 } else { position + 1 };
+            whole = whole.saturating_sub(leaving);
+            oldest = as_oldest(rule, leaving);
+            if i < tail {
+                left = left.saturating_sub(leaving);
             }
         }
-        rule.time_of(view.slot + rule.slots + 1, 0)
+    }
+
+    /// Where in a slot `cost` fits, given the units wholly inside the window (`whole`, at
+    /// most `room`) and the oldest, partly covered slot's: from `from` ns into the slot, or
+    /// `None` if not before its end.
+    #[inline]
+    #[allow(
+        clippy::arithmetic_side_effects,
+        reason = "counts below 2⁴⁵ (module docs); u64 × u64 fits u128; whole ≤ room"
+    )]
+    fn fits_in(rule: &Rule, p: u128, room: u64, whole: u64, oldest: u64, from: u64) -> Option<u64> {
+        if rule.strict || oldest == 0 {
+            return (whole + oldest <= room || oldest == 0).then_some(from);
+        }
+        // Need whole·p + oldest·(p − e) ≤ room·p, i.e. e ≥ (whole + oldest − room)·p / oldest.
+        let excess = (whole + oldest).saturating_sub(room);
+        if excess >= oldest {
+            // The crossing point is at or past the slot's end: the next slot decides.
+            return None;
+        }
+        // 64-bit division when the product fits (a 128-bit one is a slow library call).
+        let need = match excess.checked_mul(rule.precision) {
+            Some(product) => product.div_ceil(oldest),
+            None => u64::try_from((u128::from(excess) * p).div_ceil(u128::from(oldest))).unwrap_or(u64::MAX),
+        };
+        let at = need.max(from);
+        (at < rule.precision).then_some(at)
     }
 }
