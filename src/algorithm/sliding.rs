@@ -460,8 +460,10 @@ impl KeyState<'_> {
 
     /// `full` for the slot `view` moves to, carried over from the `sum` of the slot `cur`
     /// closes (`closed`, holding `units`): plus the closed slot, minus the slots that leave
-    /// the window with the move. O(slots moved) rather than O(window), so a key checked
-    /// about once per slot does not walk its whole ring at every check. `None` when that
+    /// the window with the move. At most O(slots moved) rather than O(window), so a key
+    /// checked about once per slot does not walk its whole ring at every check, and nothing
+    /// once the units of the slots before the closed one have all left (a key refused again
+    /// and again after a burst reads no ring word here, however old the burst). `None` when that
     /// `sum` is not the closed slot's (a racing move): add the ring up instead.
     #[allow(
         clippy::arithmetic_side_effects,
@@ -482,13 +484,18 @@ impl KeyState<'_> {
         if tag_of(sum) != closed as u32 || count_of(sum) == SUM_SATURATED || saturated(rule, units) {
             return Ok(None);
         }
-        let mut full = count_of(sum) + units;
+        // Every slot that leaves is older than the closed one, so its units are among the
+        // sum's: once those have all left, the rest of the leaving slots are empty.
+        let mut before = count_of(sum);
         for leaving in closed + 1 - rule.slots..=view.slot - rule.slots {
+            if before == 0 {
+                break;
+            }
             let Hist::Count(left) = self.hist(rule, leaving) else { return Ok(None) };
-            let Some(rest) = full.checked_sub(left) else { return Ok(None) };
-            full = rest;
+            let Some(rest) = before.checked_sub(left) else { return Ok(None) };
+            before = rest;
         }
-        Ok(Some(full))
+        Ok(Some(before + units))
     }
 
     /// Units in the closed slots wholly inside `view`'s window (`slot − n + 1 .. slot`),

@@ -190,3 +190,72 @@ pub fn sweep(quick: bool, rounds: usize, tally: &mut Tally) -> Result<(), Config
     }
     Ok(())
 }
+
+/// What a refusal costs as its history ages and as its ring grows, on a `ManualClock` (the
+/// clock frozen during each measurement). A key admitted once under `per_minute(1)` (sixty
+/// 1-second slots), then refused again and again once the admission is 0.5 s old (the
+/// current slot), 2.5 s, 30.5 s and 58.5 s old; under `per_hour(1)` at 1 s precision (3,600
+/// slots), 1,800.5 s old; and, as the case the walk cannot jump, `per_minute(2)` with its
+/// two admissions 28 s apart and an empty run between them (refused 0.5 s after the second,
+/// the crossing point is behind 30 empty slots). Each case on its own limiter, the cases
+/// rotated round by round, medians. The target is the issue's, a refusal's cost independent
+/// of the history's age and of the ring's length: the slowest of the older-slot bursts
+/// (60 and 3,600 slots) within 1.5 × the fastest. A check admitted that should be refused
+/// is pushed onto `failures`.
+pub fn refusal_ages(rounds: usize, budget: Duration, tally: &mut Tally, failures: &mut Vec<String>) {
+    let hour = Limit::per_hour(1).precision(Duration::from_secs(1));
+    // (name, limit, admissions: ms after the previous event, then the refusals' delay in ms)
+    let plan: [(&str, Limit, &[u64], u64); 6] = [
+        ("60 slots, 0.5 s old (current slot)", Limit::per_minute(1), &[250], 500),
+        ("60 slots, 2.5 s old", Limit::per_minute(1), &[250], 2_500),
+        ("60 slots, 30.5 s old", Limit::per_minute(1), &[250], 30_500),
+        ("60 slots, 58.5 s old", Limit::per_minute(1), &[250], 58_500),
+        ("3,600 slots, 1,800.5 s old", hour, &[250], 1_800_500),
+        ("two admissions 28 s apart", Limit::per_minute(2), &[30_250, 28_000], 500),
+    ];
+    let mut cases = Vec::new();
+    for (name, limit, admissions, delay) in plan {
+        let clock = ManualClock::new();
+        let Ok(limiter) = Limiter::<u64>::builder().limit(limit).clock(clock.clone()).build() else {
+            return failures.push(format!("refusal ages, {name}: the limit does not build"));
+        };
+        for &ms in admissions {
+            clock.advance(Duration::from_millis(ms));
+            let _ = limiter.check(&1);
+        }
+        clock.advance(Duration::from_millis(delay));
+        cases.push((name, limiter, clock));
+    }
+    let time = |limiter: &Limiter<u64>, iters: u64| {
+        let start = Instant::now();
+        let mut admitted = 0u64;
+        for _ in 0..iters {
+            admitted += u64::from(black_box(limiter.check(black_box(&1))).is_allowed());
+        }
+        (start.elapsed().as_nanos() as f64 / iters as f64, admitted)
+    };
+    let iters = iterations(time(&cases[1].1, 10_000).0, budget);
+    let mut ns: Vec<Vec<f64>> = vec![Vec::new(); cases.len()];
+    for round in 0..rounds {
+        for k in 0..cases.len() {
+            let c = (k + round) % cases.len();
+            let (figure, admitted) = time(&cases[c].1, iters);
+            if admitted > 0 {
+                failures.push(format!("refusal ages, {}: {admitted} checks admitted", cases[c].0));
+            }
+            ns[c].push(figure);
+        }
+    }
+    let medians: Vec<f64> = ns.iter_mut().map(|v| median(v)).collect();
+    let older = &medians[1..5];
+    let (fastest, slowest) = older.iter().fold((f64::MAX, 0.0f64), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+    let figures: Vec<String> =
+        cases.iter().zip(&medians).map(|((name, _, _), v)| format!("{name}: {v:.1} ns")).collect();
+    println!(
+        "| a refusal as its history ages and its ring grows (frozen clock): slowest older-slot burst / fastest | \
+         {:.2}× ({}) | ≤ 1.5×: {} |",
+        slowest / fastest,
+        figures.join("; "),
+        tally.verdict(slowest <= 1.5 * fastest)
+    );
+}

@@ -438,6 +438,7 @@ fn main() -> ExitCode {
     println!("\n| slidegate against itself | figure | target |");
     println!("|---|---|---|");
     print!("{}", scaling.concat());
+    itself::refusal_ages(rounds, short, &mut tally, &mut failures);
     if let Err(e) = itself::sweep(quick, rounds, &mut tally) {
         failures.push(format!("sweep: {e}"));
     }
