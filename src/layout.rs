@@ -1,37 +1,27 @@
-//! The per-key layout: how a policy's limits are compiled ([`Rule`], [`Policy`]) and laid
-//! out as one key's `AtomicU64` words, and how a word packs a slot's tag with its count.
+//! The per-key layout: how a policy's limits are compiled (a [`Rule`] each, in a
+//! [`Policy`]) and laid out as one key's `AtomicU64` words. (`Rule` itself, what slot
+//! indices and tags may hold, and how a word packs a slot's tag with its count are
+//! `algorithm/counter.rs`'s.)
 //!
 //! A key's words are `[touched]` followed by each limit's words in order (see each
 //! algorithm's `Counter::words`; the sliding window's are in `algorithm/sliding.rs`).
 //! `touched` is the time (ns) of the last admission that moved a slot: it bounds how old
 //! every count is, which is what eviction and expiry need. A retired state's `touched` is
 //! [`RETIRED`].
-//!
-//! Slot indices are `now / precision + ring` (see [`Rule::slot_of`]): with a precision of at
-//! least 1 ms they stay below 2⁴⁵, and a view only adopts slots that some thread computed
-//! that way, so adding a window's slots to one cannot overflow; and every slot is at least
-//! `ring = n + 1`, so subtracting a window's slots from one cannot go below zero. Counts
-//! are at most 32-bit fields (a sliding window's ring entries may be narrower, see
-//! `algorithm/sliding.rs`) and costs at most `max` (≤ 2³²−1), or clamped to that on the way in
-//! (`Counter::MOST`), so sums of a window's counts and a cost stay below 2⁴⁵ too.
-//!
-//! Slot tags are 32 bits of the slot index. They are compared only within a key that is
-//! not expired, where `touched` bounds the gap to below 2³¹ slots (checked at build time),
-//! so they never alias. An expired key is replaced under the key table's shard mutex, never
-//! in place by concurrent checks.
 
 use std::sync::atomic::AtomicBool;
 #[cfg(any(test, slidegate_loom))]
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::algorithm::counter::{set, Counter, Rule};
 use crate::algorithm::{Algorithm, Fixed, Gcra, Log, Sliding};
 use crate::decision::Decision;
 use crate::divisor::Divisor;
 use crate::error::ConfigError;
 use crate::limit::{Accuracy, Limit};
 use crate::metrics::PolicyMetrics;
-use crate::protocol::{Carry, Counter};
+use crate::protocol::Carry;
 
 /// The most limits one limiter may apply together (views live on the stack).
 ///
@@ -47,130 +37,6 @@ use crate::protocol::{Carry, Counter};
 pub const MAX_LIMITS: usize = 8;
 
 pub(crate) const TOUCHED: usize = 0;
-
-#[inline]
-pub(crate) fn pack(slot: u64, count: u64) -> u64 {
-    // Truncation to 32 bits is the point: see the module docs on tags.
-    ((slot as u32 as u64) << 32) | (count.min(u64::from(u32::MAX)))
-}
-
-#[inline]
-pub(crate) fn tag_of(word: u64) -> u32 {
-    (word >> 32) as u32
-}
-
-#[inline]
-pub(crate) fn count_of(word: u64) -> u64 {
-    word & 0xFFFF_FFFF
-}
-
-/// Sets word `at` of a state being initialised (an offset its policy laid out: always there).
-#[inline]
-pub(crate) fn set(words: &mut [u64], at: usize, word: u64) {
-    if let Some(w) = words.get_mut(at) {
-        *w = word;
-    }
-}
-
-/// Signed distance from tag `b` to tag `a`, in slots (valid while below 2³¹).
-#[inline]
-pub(crate) fn tag_distance(a: u32, b: u32) -> i64 {
-    i64::from(a.wrapping_sub(b) as i32)
-}
-
-/// One limit, compiled for the hot path.
-#[derive(Debug, Clone)]
-pub(crate) struct Rule {
-    pub(crate) limit: Limit,
-    pub(crate) max: u64,
-    /// Slot length in ns.
-    pub(crate) precision: u64,
-    /// Slots per window.
-    pub(crate) slots: u64,
-    /// `slots + 1`: ring positions, and also the slot-index offset that keeps
-    /// `k - ring` from going below zero.
-    pub(crate) ring: u64,
-    pub(crate) strict: bool,
-    /// Index of this limit's first word (`cur` for the sliding and fixed windows). With more than one slot a `sum` word follows it,
-    /// then the ring.
-    pub(crate) at: usize,
-    /// Index of the first ring word.
-    pub(crate) ring_at: usize,
-    /// log₂ of the ring entries packed in one word's low 32 bits: 2 (four 8-bit counts)
-    /// for a `max` up to 254, 1 (two 16-bit counts) up to 65,534, else 0 (one 32-bit count).
-    /// See [`ring_entries_log`] and `algorithm/sliding.rs`.
-    pub(crate) entries_log: u32,
-    /// The largest count a ring entry holds: `2^(32 >> entries_log) − 1`, more than `max`.
-    pub(crate) entry_most: u64,
-    /// `precision` and `ring` as fast divisors.
-    pub(crate) by_precision: Divisor,
-    pub(crate) by_ring: Divisor,
-    /// Window length in ns.
-    pub(crate) window: u64,
-    /// GCRA: ns between two units at the sustained rate (`window / max`, rounded up), and
-    /// the burst tolerance `max × interval`.
-    pub(crate) interval: u64,
-    pub(crate) burst: u64,
-}
-
-impl Rule {
-    #[inline]
-    #[allow(
-        clippy::arithmetic_side_effects,
-        reason = "a slot index is below 2⁴⁵ (precision ≥ 1 ms) and ring ≤ MAX_SLOTS + 1"
-    )]
-    pub(crate) fn slot_of(&self, now: u64) -> (u64, u64) {
-        let (slot, elapsed) = self.by_precision.div_rem(now);
-        (slot + self.ring, elapsed)
-    }
-
-    #[inline]
-    pub(crate) fn time_of(&self, slot: u64, elapsed: u64) -> u64 {
-        slot.saturating_sub(self.ring).saturating_mul(self.precision).saturating_add(elapsed)
-    }
-
-    #[inline]
-    pub(crate) fn at(&self) -> usize {
-        self.at
-    }
-
-    /// Where slot `slot`'s ring entry lives: `(word index, bit shift in that word)`.
-    #[inline]
-    pub(crate) fn position(&self, slot: u64) -> (usize, u32) {
-        // `ring` is at most MAX_SLOTS + 1, so the remainder fits a usize.
-        self.place(self.by_ring.rem(slot) as usize)
-    }
-
-    /// `(word index, bit shift)` of ring position `position` (below `ring`).
-    #[inline]
-    #[allow(
-        clippy::arithmetic_side_effects,
-        reason = "ring_at plus a position below ring over the entries per word is one of the limit's words; the shift is below 32"
-    )]
-    pub(crate) fn place(&self, position: usize) -> (usize, u32) {
-        let within = position & ((1 << self.entries_log) - 1);
-        (self.ring_at + (position >> self.entries_log), (within as u32) << (5 - self.entries_log))
-    }
-
-    /// Ring words: `ring` entries, `2^entries_log` to a word.
-    #[inline]
-    #[allow(clippy::arithmetic_side_effects, reason = "ring is at most MAX_SLOTS + 1")]
-    pub(crate) fn ring_words(&self) -> usize {
-        (self.ring as usize).div_ceil(1 << self.entries_log)
-    }
-
-    /// The `sum` word: `(slot tag, units in the closed slots wholly inside that slot's
-    /// window)`, so a check in an open slot reads three words whatever the window's length.
-    /// A window of one slot has no such slots and no `sum` word.
-    #[inline]
-    #[allow(
-        clippy::arithmetic_side_effects,
-        reason = "with more than one slot, at + 1 is the limit's sum word"
-    )]
-    pub(crate) fn sum_word(&self) -> Option<usize> {
-        (self.slots > 1).then_some(self.at + 1)
-    }
-}
 
 /// One version of one of a limiter's named policies: its limits compiled for the hot path.
 /// Immutable once published, except for `replaced`. Every [`KeyState`] holds an `Arc` of the

@@ -16,9 +16,10 @@
 
 use std::sync::Arc;
 
+use crate::algorithm::counter::{set, Counter, Rule, Words};
 use crate::algorithm::{Algorithm, Fixed, Gcra, Log, Sliding};
 use crate::decision::Decision;
-use crate::layout::{initial_words, set, Policy, Rule, MAX_LIMITS, RETIRED, TOUCHED};
+use crate::layout::{initial_words, Policy, MAX_LIMITS, RETIRED, TOUCHED};
 
 /// `touched` of a state moved to another policy ([`KeyState::migrate_at`]), the other marker
 /// beside [`RETIRED`] (eviction, replacement of an expired key, reset): a check that
@@ -53,54 +54,23 @@ pub enum Outcome {
     Retired,
 }
 
-/// One algorithm's counters for one limit of a key, as the admission protocol of
-/// [`KeyState::check`] drives them: read a view (loads only), decide from it, publish an
-/// admission with one CAS that fails if the view is stale, take it back if a later limit
-/// refuses. One implementation per algorithm, in `algorithm/` (the sliding window in `sliding.rs`).
-pub(crate) trait Counter {
-    /// One limit as a check sees it.
-    type View: Copy + Default;
-    /// Held for the whole check: what a view points to stays valid until it drops.
-    type Pin;
-    fn pin() -> Self::Pin;
-    /// The most units one commit counts. A check's cost is at most `max`; units recorded
-    /// or carried over are clamped to this, which changes no decision (counts saturate at
-    /// it, or the log's decisions are the same, see there) and keeps commits from overflowing.
-    const MOST: u64;
-    /// Words per limit.
-    fn words(rule: &Rule) -> usize;
-    /// The limit's words, empty at `now`: their initial values (`words` is the whole state).
-    fn reset(words: &mut [u64], rule: &Rule, now: u64);
-    fn view(state: &KeyState, rule: &Rule, now: u64, expired: bool) -> Self::View;
-    /// The view found the state retired under it (the check starts over on the table).
-    fn retired(view: &Self::View) -> bool;
-    fn admits(rule: &Rule, view: &Self::View, cost: u64) -> bool;
-    /// Counts `cost` as of the view; `false` if the state changed since.
-    fn commit(state: &KeyState, rule: &Rule, view: &Self::View, cost: u64) -> bool;
-    /// Takes back a commit of `cost` made from `view`, when a later limit refused.
-    fn rollback(state: &KeyState, rule: &Rule, view: &Self::View, cost: u64);
-    /// Whole units still free after `cost` more.
-    fn room(rule: &Rule, view: &Self::View, cost: u64) -> u64;
-    /// Units the view counts, not capped at `max` (what a policy change carries over).
-    fn used(rule: &Rule, view: &Self::View) -> u64;
-    /// The earliest time (ns) at which `cost` fits, if nothing else is admitted.
-    /// `Err` with a later, conservative time if the state moved on since the view and lost
-    /// what the exact answer needs (a racing check reused a ring position): the check then
-    /// starts over, a bounded number of times, before it settles for that time.
-    fn admissible_at(state: &KeyState, rule: &Rule, view: &Self::View, cost: u64) -> Result<u64, u64>;
-    /// The slot (of the limit's precision) and ns into it that a commit of `cost` from the
-    /// view counts at: `touched` must cover it, so that the key is not expired while the
-    /// commit's units count.
-    fn at(rule: &Rule, view: &Self::View, cost: u64) -> (u64, u64);
-}
-
 /// One key's counters for every limit of a [`Policy`], borrowed from where they live (a
 /// node of the key table, see `table.rs`, or an [`OwnedState`]). Copies share the counters.
 #[derive(Debug, Clone, Copy)]
 pub struct KeyState<'a> {
-    words: &'a [AtomicU64],
+    words: Words<'a>,
     /// The version of the key's policy the words are laid out for.
     policy: &'a Policy,
+}
+
+/// The words, as the algorithms read and write them (`Counter`, `algorithm/counter.rs`).
+impl<'a> std::ops::Deref for KeyState<'a> {
+    type Target = Words<'a>;
+
+    #[inline(always)]
+    fn deref(&self) -> &Words<'a> {
+        &self.words
+    }
 }
 
 /// A key's counters on their own: what a policy change or a new key lays out before the
@@ -131,7 +101,7 @@ impl OwnedState {
     /// The counters, to check against.
     #[inline]
     pub fn state(&self) -> KeyState<'_> {
-        KeyState { words: &self.words, policy: &self.policy }
+        KeyState::from_parts(&self.words, &self.policy)
     }
 
     /// [`KeyState::check`] on these counters (for the loom models and unit tests, which own
@@ -232,7 +202,7 @@ impl<'a> KeyState<'a> {
     /// Counters laid out for `policy`, wherever they live.
     #[inline(always)]
     pub(crate) fn from_parts(words: &'a [AtomicU64], policy: &'a Policy) -> KeyState<'a> {
-        KeyState { words, policy }
+        KeyState { words: Words::new(words), policy }
     }
 
     /// The version of the policy this state is laid out for.
@@ -300,7 +270,7 @@ impl<'a> KeyState<'a> {
         let carried = touched < MOVED && (copied || reencoded || carry == Carry::Conservative || max_only);
         // AcqRel: see the doc comment (pairs with the commits' CAS).
         let words: Vec<u64> = if carried {
-            self.words.iter().map(|w| w.fetch_add(0, Ordering::AcqRel)).collect()
+            self.words.all().iter().map(|w| w.fetch_add(0, Ordering::AcqRel)).collect()
         } else {
             Vec::new()
         };
@@ -375,15 +345,6 @@ impl<'a> KeyState<'a> {
                 let _ = A::commit(self, rule, &view, cost);
             }
         }
-    }
-
-    #[inline]
-    #[allow(
-        clippy::indexing_slicing,
-        reason = "indexes come from the layout of the policy passed: the state's own, or one laid out the same"
-    )]
-    pub(crate) fn word(&self, index: usize) -> &AtomicU64 {
-        &self.words[index]
     }
 
     #[cfg(any(test, slidegate_loom))]
@@ -500,7 +461,7 @@ impl<'a> KeyState<'a> {
 
     /// Whether two handles share one key's counters.
     pub(crate) fn same(&self, other: &KeyState) -> bool {
-        std::ptr::eq(self.words.as_ptr(), other.words.as_ptr())
+        std::ptr::eq(self.words.all().as_ptr(), other.words.all().as_ptr())
     }
 
     /// Checks `cost` against several keys' states at once (distinct states, at most
@@ -523,7 +484,7 @@ impl<'a> KeyState<'a> {
             *slot = (i, state);
         }
         let order = order.get_mut(..states.len()).unwrap_or_default();
-        order.sort_unstable_by_key(|&(_, state)| state.words.as_ptr() as usize);
+        order.sort_unstable_by_key(|&(_, state)| state.words.all().as_ptr() as usize);
         let (mut sorted, mut rank) = ([first; MAX_IDENTITIES], [0usize; MAX_IDENTITIES]);
         for ((slot, r), &(i, state)) in sorted.iter_mut().zip(rank.iter_mut()).zip(order.iter()) {
             (*slot, *r) = (state, i);
@@ -979,107 +940,4 @@ impl<'a> KeyState<'a> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::limit::Limit;
-    use std::time::Duration;
-
-    const S: u64 = 1_000_000_000;
-
-    fn decided(o: Outcome) -> Decision {
-        match o {
-            Outcome::Decided(d) => d,
-            other => panic!("unexpected {other:?}"),
-        }
-    }
-
-    #[test]
-    fn two_bucket_example_from_the_seed_article() {
-        // 500/min in one 60 s slot; 400 in the previous minute, 250 so far in this one;
-        // 45 s into this minute the estimate is 250 + 400 × 15/60 = 350: allowed, 149 left.
-        let limit = Limit::per_minute(500).precision(Duration::from_secs(60));
-        let policy = Policy::new(&[limit]).unwrap_or_else(|e| panic!("{e}"));
-        let state = OwnedState::new(&policy, 0);
-        assert!(decided(state.check(&policy, 10 * S, 400, true)).is_allowed());
-        assert!(decided(state.check(&policy, 104 * S, 250, true)).is_allowed());
-        let d = decided(state.check(&policy, 105 * S, 1, true));
-        assert!(d.is_allowed());
-        assert_eq!(d.remaining(), 149);
-    }
-
-    #[test]
-    fn history_survives_a_jump_longer_than_the_ring() {
-        let policy =
-            Policy::new(&[Limit::per_second(3), Limit::per_minute(5)]).unwrap_or_else(|e| panic!("{e}"));
-        let state = OwnedState::new(&policy, 0);
-        for _ in 0..3 {
-            assert!(decided(state.check(&policy, 0, 1, true)).is_allowed());
-        }
-        assert!(!decided(state.check(&policy, 0, 1, true)).is_allowed());
-        // 10 s later the 1 s limit is empty but the minute still holds 3.
-        let d = decided(state.check(&policy, 10 * S, 2, true));
-        assert!(d.is_allowed());
-        assert_eq!(d.remaining(), 0);
-        let d = decided(state.check(&policy, 10 * S, 1, true));
-        assert_eq!(d.denial(), Some(crate::Denial::Limit(1)));
-        // The first 3 units leave the minute window at 61 s (strictly: when slot 0 is gone).
-        // Slot 0's 3 units become the oldest slot at 60 s and fade linearly: 2 + 3·(1 − f) ≤ 4
-        // from f = 1/3, i.e. 60.333333334 s (rounded up to the ns), 50.333333334 s from now.
-        assert_eq!(d.retry_after(), Some(Duration::from_nanos(50_333_333_334)));
-    }
-
-    /// The interpolated estimate's worst case, as the semantics guide states it: a slot's budget at
-    /// its very end, then a burst one window later, puts close to (never) 2 × max into one
-    /// window. Strict admits exactly max on the same pattern.
-    #[test]
-    fn interpolated_excess_stays_below_twice_max_and_strict_has_none() {
-        const MS: u64 = 1_000_000;
-        for (limit, want) in [(Limit::per_second(10), 19), (Limit::per_second(10).strict(), 10)] {
-            let policy = Policy::new(&[limit]).unwrap_or_else(|e| panic!("{e}"));
-            let state_owned = OwnedState::new(&policy, 0);
-            let state = state_owned.state();
-            let mut admitted = 0;
-            for now in [999 * MS, 1998 * MS] {
-                for _ in 0..20 {
-                    admitted += u64::from(decided(state.check(&policy, now, 1, true)).is_allowed());
-                }
-            }
-            // Every admitted unit lies in (0.998 s, 1.998 s], one window.
-            assert_eq!(admitted, want, "{limit}");
-            assert!(admitted < 2 * limit.max());
-        }
-    }
-
-    #[test]
-    fn expired_state_asks_for_a_reset() {
-        let policy = Policy::new(&[Limit::per_second(1)]).unwrap_or_else(|e| panic!("{e}"));
-        let state = OwnedState::new(&policy, 0);
-        assert!(decided(state.check(&policy, 0, 1, true)).is_allowed());
-        assert!(!state.is_expired(&policy, S));
-        assert!(state.is_expired(&policy, 2 * S));
-        assert_eq!(state.check(&policy, 2 * S, 1, true), Outcome::Expired);
-        assert!(decided(state.check(&policy, 2 * S, 1, false)).is_allowed());
-    }
-
-    #[test]
-    fn only_an_expired_state_retires_and_then_every_check_starts_over() {
-        let policy = Policy::new(&[Limit::per_second(1)]).unwrap_or_else(|e| panic!("{e}"));
-        let state = OwnedState::new(&policy, 0);
-        assert!(decided(state.check(&policy, 0, 1, true)).is_allowed());
-        assert!(!state.retire(&policy, S), "1 s after its last unit the key still counts");
-        assert!(state.retire(&policy, 2 * S));
-        assert!(state.is_retired());
-        assert!(!state.is_expired(&policy, u64::MAX), "retired is not expired");
-        assert!(!state.retire(&policy, u64::MAX), "retires once");
-        for commit in [true, false] {
-            assert_eq!(state.check(&policy, 2 * S, 1, commit), Outcome::Retired);
-        }
-        let reset = OwnedState::new(&policy, 0);
-        reset.retire_now(&policy);
-        assert_eq!(reset.check(&policy, 0, 1, true), Outcome::Retired);
-        // A clock saturated at the end of time is not the RETIRED marker.
-        let late = OwnedState::new(&policy, u64::MAX);
-        assert!(decided(late.check(&policy, u64::MAX, 1, true)).is_allowed());
-        assert!(!late.is_retired());
-    }
-}
+mod tests;

@@ -1,5 +1,5 @@
 //! Loom models of the key table (`table.rs`) and the limiter's lookup path over it
-//! (`Limiter::check_n`, `renew`, `insert`, `sweep`, `reset`, `update_policy` in limiter.rs):
+//! (`Limiter::check_n`, `renew`, `insert`, `sweep`, `reset`, `update_policy` in src/limiter/):
 //! the real `Limiter` on a `ManualClock`, its shards' mutexes and slots on loom's atomics
 //! through the crate's shim, and `crossbeam-epoch` on loom's atomics (`--cfg
 //! crossbeam_loom`). Each model races a check against a change of the table (an eviction, a

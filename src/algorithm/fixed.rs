@@ -2,9 +2,8 @@
 //! packing as the sliding window's `cur`. A check in a later window than the word's counts
 //! from zero; an admission is one CAS.
 
-use crate::layout::{count_of, pack, set, tag_distance, tag_of, Rule};
+use crate::algorithm::counter::{count_of, pack, set, tag_distance, tag_of, Counter, Rule, Words};
 use crate::limit::MAX_UNITS;
-use crate::protocol::{Counter, KeyState};
 use crate::sync::Ordering;
 
 pub(crate) struct Fixed;
@@ -35,7 +34,7 @@ impl Counter for Fixed {
     }
     #[inline]
     #[allow(clippy::arithmetic_side_effects, reason = "a slot below 2⁴⁵ plus a tag distance below 2³¹")]
-    fn view(state: &KeyState, rule: &Rule, now: u64, expired: bool) -> View {
+    fn view(state: &Words, rule: &Rule, now: u64, expired: bool) -> View {
         let (slot, elapsed) = rule.slot_of(now);
         // Relaxed: one word, and nothing else is published with it.
         let seen = state.word(rule.at()).load(Ordering::Relaxed);
@@ -64,7 +63,7 @@ impl Counter for Fixed {
     }
     #[inline]
     #[allow(clippy::arithmetic_side_effects, reason = "a 32-bit count plus a cost ≤ MOST")]
-    fn commit(state: &KeyState, rule: &Rule, view: &View, cost: u64) -> bool {
+    fn commit(state: &Words, rule: &Rule, view: &View, cost: u64) -> bool {
         let next = pack(view.slot, view.current + cost);
         // The word's modification order alone orders admissions: the word is the limit's whole
         // state, and nothing else is read or published with it. A view that adopts a later window
@@ -85,7 +84,7 @@ impl Counter for Fixed {
     /// window has passed its units no longer count, and there is nothing to take back. A
     /// count saturated at 2³²−1 (`record`) no longer says how many units it holds: it stays
     /// saturated (conservative).
-    fn rollback(state: &KeyState, rule: &Rule, view: &View, cost: u64) {
+    fn rollback(state: &Words, rule: &Rule, view: &View, cost: u64) {
         let cell = state.word(rule.at());
         // Relaxed: the count alone is the state (see `commit`).
         let mut cur = cell.load(Ordering::Relaxed);
@@ -108,7 +107,7 @@ impl Counter for Fixed {
         view.current
     }
     #[allow(clippy::arithmetic_side_effects, reason = "a 32-bit count plus a cost ≤ max; a slot below 2⁴⁵")]
-    fn admissible_at(_: &KeyState, rule: &Rule, view: &View, cost: u64) -> Result<u64, u64> {
+    fn admissible_at(_: &Words, rule: &Rule, view: &View, cost: u64) -> Result<u64, u64> {
         Ok(if view.current + cost <= rule.max {
             rule.time_of(view.slot, view.elapsed)
         } else {

@@ -25,9 +25,8 @@
 //! have been rolled back while ours stood on top of them. A value that recurs (ABA) is
 //! harmless: the argument is about the value, not about who wrote it.
 
-use crate::layout::{set, Rule};
+use crate::algorithm::counter::{set, Counter, Rule, Words};
 use crate::limit::MAX_UNITS;
-use crate::protocol::{Counter, KeyState};
 use crate::sync::Ordering;
 
 pub(crate) struct Gcra;
@@ -67,7 +66,7 @@ impl Counter for Gcra {
         set(words, rule.at(), 0);
     }
     #[inline]
-    fn view(state: &KeyState, rule: &Rule, now: u64, expired: bool) -> View {
+    fn view(state: &Words, rule: &Rule, now: u64, expired: bool) -> View {
         let (slot, elapsed) = rule.slot_of(now);
         // Relaxed: one word, and nothing else is published with it.
         let seen = state.word(rule.at()).load(Ordering::Relaxed);
@@ -84,7 +83,7 @@ impl Counter for Gcra {
         view.after(rule, cost) - view.now <= rule.burst
     }
     #[inline]
-    fn commit(state: &KeyState, rule: &Rule, view: &View, cost: u64) -> bool {
+    fn commit(state: &Words, rule: &Rule, view: &View, cost: u64) -> bool {
         // The word's modification order alone orders admissions: nothing but the word is read or
         // published with it. Release pairs with the AcqRel RMW of `KeyState::migrate_at` when that
         // reads this value (or a later one in its release sequence): this check's clock reading
@@ -101,7 +100,7 @@ impl Counter for Gcra {
             .compare_exchange(view.seen, view.after(rule, cost), Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()
     }
-    fn rollback(state: &KeyState, rule: &Rule, view: &View, cost: u64) {
+    fn rollback(state: &Words, rule: &Rule, view: &View, cost: u64) {
         // Back to the TAT our commit replaced, only while the word holds the TAT our commit
         // wrote (see the module docs); else our units stay counted. Relaxed: the argument
         // is about the word's values alone, and nothing else is read or published with it.
@@ -126,7 +125,7 @@ impl Counter for Gcra {
     fn used(rule: &Rule, view: &View) -> u64 {
         view.lag.div_ceil(rule.interval)
     }
-    fn admissible_at(_: &KeyState, rule: &Rule, view: &View, cost: u64) -> Result<u64, u64> {
+    fn admissible_at(_: &Words, rule: &Rule, view: &View, cost: u64) -> Result<u64, u64> {
         // The first `t` with `after − t ≤ burst`.
         Ok(view.after(rule, cost).saturating_sub(rule.burst).max(view.now))
     }

@@ -12,9 +12,8 @@
 // `unsafe`; each use says why it is sound.
 #![allow(unsafe_code)]
 
+use crate::algorithm::counter::{set, Counter, Rule, Words};
 use crate::algorithm::MAX_LOG_UNITS;
-use crate::layout::{set, Rule};
-use crate::protocol::{Counter, KeyState};
 use crate::sync::Ordering;
 
 const EMPTY: u64 = 0;
@@ -125,7 +124,7 @@ mod reclaim {
 
 impl Log {
     /// Unlinks the limit's snapshot from a retired state and frees it once no check reads it.
-    pub(crate) fn release(state: &KeyState, rule: &Rule) {
+    pub(crate) fn release(state: &Words, rule: &Rule) {
         // AcqRel: Acquire pairs with the Release CAS that published the snapshot we free;
         // Release orders the retirement before it for checks that load `DETACHED`.
         let bits = state.word(rule.at()).swap(DETACHED, Ordering::AcqRel);
@@ -135,7 +134,7 @@ impl Log {
     }
 
     /// Publishes `next` in place of `seen`; `false` (and `next` freed) if the word changed.
-    fn replace(state: &KeyState, rule: &Rule, seen: u64, next: u64) -> bool {
+    fn replace(state: &Words, rule: &Rule, seen: u64, next: u64) -> bool {
         // Release pairs with the Acquire loads in `view` and `rollback`: the snapshot's
         // entries, written before, are visible to whoever loads its address. Acquire pairs
         // with the RMWs of `KeyState::migrate_at` (a policy change).
@@ -176,7 +175,7 @@ impl Counter for Log {
     fn reset(words: &mut [u64], rule: &Rule, _: u64) {
         set(words, rule.at(), EMPTY);
     }
-    fn view(state: &KeyState, rule: &Rule, now: u64, expired: bool) -> View {
+    fn view(state: &Words, rule: &Rule, now: u64, expired: bool) -> View {
         // Acquire: pairs with the Release CAS in `replace` (see there).
         let seen = state.word(rule.at()).load(Ordering::Acquire);
         let (slot, elapsed) = rule.slot_of(now);
@@ -210,7 +209,7 @@ impl Counter for Log {
     fn admits(rule: &Rule, view: &View, cost: u64) -> bool {
         view.in_window().saturating_add(cost) <= rule.max
     }
-    fn commit(state: &KeyState, rule: &Rule, view: &View, cost: u64) -> bool {
+    fn commit(state: &Words, rule: &Rule, view: &View, cost: u64) -> bool {
         let kept: &[u64] = if view.seen == EMPTY || view.first == view.len {
             &[]
         } else {
@@ -233,7 +232,7 @@ impl Counter for Log {
     /// window (and the log) together. A log at `MOST` entries may have dropped its oldest
     /// (`commit` keeps the newest `MOST`), ours among them, and then the entries at our
     /// stamp may be another check's: it stays as it is (conservative).
-    fn rollback(state: &KeyState, rule: &Rule, view: &View, cost: u64) {
+    fn rollback(state: &Words, rule: &Rule, view: &View, cost: u64) {
         loop {
             // Acquire: as in `view`.
             let cur = state.word(rule.at()).load(Ordering::Acquire);
@@ -271,7 +270,7 @@ impl Counter for Log {
     fn used(_: &Rule, view: &View) -> u64 {
         view.in_window()
     }
-    fn admissible_at(_: &KeyState, rule: &Rule, view: &View, cost: u64) -> Result<u64, u64> {
+    fn admissible_at(_: &Words, rule: &Rule, view: &View, cost: u64) -> Result<u64, u64> {
         let excess = view.in_window().saturating_add(cost).saturating_sub(rule.max) as usize;
         if excess == 0 || view.seen == EMPTY {
             return Ok(view.stamp);

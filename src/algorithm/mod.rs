@@ -1,8 +1,11 @@
 //! [`Algorithm`]: how a limiter counts each limit, one file per algorithm (`sliding.rs`,
 //! `fixed.rs`, `log.rs`, `gcra.rs`), all run by the same admission protocol (`protocol.rs`:
 //! views, one CAS per limit, rollback across limits, retirement) through the `Counter`
-//! trait.
+//! trait. That trait, and what the algorithms work on (a limit's `Rule`, a key's `Words`,
+//! the packing of a word), are in `counter.rs`, which the protocol and the per-key layout
+//! (`layout.rs`) build on: nothing in `algorithm/` depends on either.
 
+pub(crate) mod counter;
 mod fixed;
 mod gcra;
 mod log;
@@ -14,9 +17,8 @@ pub(crate) use log::Log;
 pub(crate) use sliding::Sliding;
 
 use crate::error::ConfigError;
-use crate::layout::Rule;
 use crate::limit::Limit;
-use crate::protocol::Counter;
+use counter::{Counter, Rule};
 
 /// The most units a [`Algorithm::SlidingLog`] limit may allow per window: the log keeps one
 /// 8-byte timestamp per admitted unit inside the window, so this bounds a key's log at

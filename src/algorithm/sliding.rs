@@ -59,9 +59,8 @@
 //! `tests/model.rs`). A limit of `max` 2³²−1 has entries no wider than `max`: its counts
 //! saturate at 2³²−1 and read as exactly that.
 
-use crate::layout::{count_of, pack, set, tag_distance, tag_of, Rule};
+use crate::algorithm::counter::{count_of, pack, set, tag_distance, tag_of, Counter, Rule, Words};
 use crate::limit::MAX_UNITS;
-use crate::protocol::{Counter, KeyState};
 use crate::sync::Ordering;
 
 /// A `sum` word's count once the units over a window no longer fit 32 bits (`pack`
@@ -286,7 +285,7 @@ impl Counter for Sliding {
         }
     }
     #[inline(always)]
-    fn view(state: &KeyState, rule: &Rule, now: u64, expired: bool) -> View {
+    fn view(state: &Words, rule: &Rule, now: u64, expired: bool) -> View {
         state.view(rule, now, expired)
     }
     #[inline(always)]
@@ -298,10 +297,10 @@ impl Counter for Sliding {
         view.admits(rule, cost)
     }
     #[inline(always)]
-    fn commit(state: &KeyState, rule: &Rule, view: &View, cost: u64) -> bool {
+    fn commit(state: &Words, rule: &Rule, view: &View, cost: u64) -> bool {
         state.commit(rule, view, cost)
     }
-    fn rollback(state: &KeyState, rule: &Rule, view: &View, cost: u64) {
+    fn rollback(state: &Words, rule: &Rule, view: &View, cost: u64) {
         state.rollback(rule, view.slot, cost);
     }
     #[inline(always)]
@@ -311,7 +310,7 @@ impl Counter for Sliding {
     fn used(rule: &Rule, view: &View) -> u64 {
         view.used(rule)
     }
-    fn admissible_at(state: &KeyState, rule: &Rule, view: &View, cost: u64) -> Result<u64, u64> {
+    fn admissible_at(state: &Words, rule: &Rule, view: &View, cost: u64) -> Result<u64, u64> {
         state.admissible_at(rule, view, cost)
     }
     #[inline(always)]
@@ -353,7 +352,7 @@ impl Sliding {
     }
 }
 
-impl KeyState<'_> {
+impl Words<'_> {
     /// Reads one limit's window at `now` (loads only).
     #[inline(always)]
     #[allow(clippy::arithmetic_side_effects, reason = "a slot is at least ring = slots + 1 (module docs)")]
