@@ -24,7 +24,7 @@
 //! Its counters are retired first ([`KeyState::retire`], `retire_now`, `migrate_at`, under
 //! the shard's mutex): a check covers its slot in the state's `touched` before it commits,
 //! so a retirement either finds that and fails, or leaves the check nothing to commit, or
-//! only lets commits through whose units no longer count (see `protocol.rs`).
+//! only lets commits through whose units no longer count (see `protocol/`).
 //!
 //! # No decision before the table's time
 //! A key retired because it expired at time `T` holds units that count before `T`: a

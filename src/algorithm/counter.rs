@@ -1,4 +1,4 @@
-//! What every algorithm works on, below the admission protocol (`protocol.rs`) and the
+//! What every algorithm works on, below the admission protocol (`protocol/`) and the
 //! per-key layout (`layout.rs`), which both build on it: the [`Counter`] trait (the steps
 //! an algorithm gives the protocol), [`Words`] (one key's words, as an algorithm reads and
 //! writes them), [`Rule`] (one limit, compiled for the hot path), and how a word packs a

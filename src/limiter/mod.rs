@@ -3,7 +3,7 @@
 //!
 //! # The path of a check
 //! [`Limiter::check_n`] → `decide`: pin the epoch, hash the key once, find its node, and
-//! run the per-key protocol (`protocol.rs`) on its counters under the node's policy, at the
+//! run the per-key protocol (`protocol/`) on its counters under the node's policy, at the
 //! clock's time or the shard's floor if that is later (`table.rs`: a check delayed across
 //! an eviction decides no earlier than the eviction). Only when that cannot answer does it
 //! take the shard's mutex: the key is new (`insert`), its state expired or was retired
