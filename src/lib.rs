@@ -57,7 +57,7 @@
 //! `serde` (limits in configuration files).
 
 // `unsafe` appears in two places: the key table's nodes, arrays and epoch-deferred frees
-// (`table.rs`), and the sliding log's shared snapshots (`algorithm/log.rs`). Everything else
+// (`table/`), and the sliding log's shared snapshots (`algorithm/log.rs`). Everything else
 // is safe code.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(unsafe_code)]

@@ -59,7 +59,7 @@ pub enum Outcome {
 }
 
 /// One key's counters for every limit of a [`Policy`], borrowed from where they live (a
-/// node of the key table, see `table.rs`, or an [`OwnedState`]). Copies share the counters.
+/// node of the key table, see `table/`, or an [`OwnedState`]). Copies share the counters.
 #[derive(Debug, Clone, Copy)]
 pub struct KeyState<'a> {
     words: Words<'a>,
@@ -119,7 +119,7 @@ impl<'a> KeyState<'a> {
     /// out of every window at `now` (it stands: the check was decided on this state, every
     /// check that saw its units was decided on it too, and no check at `now` or later
     /// needs them), or is never made. A check whose clock is behind `now` that then finds
-    /// the key absent or replaced decides at `now` or later (the shard's floor, `table.rs`),
+    /// the key absent or replaced decides at `now` or later (the shard's floor, `table/mod.rs`),
     /// where this state's units no longer count. Relaxed: the argument rests on the
     /// modification order of `touched` alone (coherence), which every memory model gives
     /// every atomic (x86, ARM, loom).

@@ -14,7 +14,7 @@ use super::Outcome;
 use super::{KeyState, LAST_TIME, MOVED};
 
 /// A key's counters on their own: what a policy change or a new key lays out before the
-/// key table takes it in (`table.rs` copies the words into the key's node), and what the
+/// key table takes it in (`table/` copies the words into the key's node), and what the
 /// loom models share between their threads.
 #[derive(Debug)]
 pub struct OwnedState {
