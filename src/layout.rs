@@ -4,7 +4,7 @@
 //! `algorithm/counter.rs`'s.)
 //!
 //! A key's words are `[touched]` followed by each limit's words in order (see each
-//! algorithm's `Counter::words`; the sliding window's are in `algorithm/sliding.rs`).
+//! algorithm's `Counter::words`; the sliding window's are in `algorithm/sliding/`).
 //! `touched` is the time (ns) of the last admission that moved a slot: it bounds how old
 //! every count is, which is what eviction and expiry need. A retired state's `touched` is
 //! [`RETIRED`].
@@ -336,7 +336,7 @@ pub(crate) const NARROWEST: u32 = 2;
 
 /// log₂ of the ring entries per word for a limit of `max`: the narrowest count that holds
 /// more than `max` (a slot admits at most `max` units through checks; more only through
-/// `record` or a carry, and a narrow entry then saturates, see `algorithm/sliding.rs`).
+/// `record` or a carry, and a narrow entry then saturates, see `algorithm/sliding/`).
 pub(crate) fn ring_entries_log(max: u64) -> u32 {
     match max {
         0..=0xFE => 2,
