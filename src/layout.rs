@@ -4,7 +4,7 @@
 //! `algorithm/counter.rs`'s.)
 //!
 //! A key's words are `[touched]` followed by each limit's words in order (see each
-//! algorithm's `Counter::words`; the sliding window's are in `algorithm/sliding.rs`).
+//! algorithm's `Counter::words`; the sliding window's are in `algorithm/sliding/`).
 //! `touched` is the time (ns) of the last admission that moved a slot: it bounds how old
 //! every count is, which is what eviction and expiry need. A retired state's `touched` is
 //! [`RETIRED`].
@@ -21,7 +21,6 @@ use crate::divisor::Divisor;
 use crate::error::ConfigError;
 use crate::limit::{Accuracy, Limit};
 use crate::metrics::PolicyMetrics;
-use crate::protocol::Carry;
 
 /// The most limits one limiter may apply together (views live on the stack).
 ///
@@ -64,6 +63,37 @@ pub struct Policy {
     /// Unique to this version in the process (0 until `of_tier`): what the tower layer's
     /// cached headers are keyed by.
     pub(crate) version: u64,
+}
+
+// Here rather than beside the move that reads it (`protocol/moving.rs`): every `Policy` holds
+// one, and the protocol depends on this module, not the other way round.
+/// What a policy change does to the counts of a key whose state must be laid out anew
+/// (a window, a precision or the number of limits changed). A change of `max` alone always
+/// carries the counts over exactly, whatever this says. See [`Limiter::update_policy`](crate::Limiter::update_policy).
+///
+/// ```
+/// use slidegate::{Carry, Limit, Limiter, PolicyConfig};
+/// let limiter = Limiter::<u64>::builder().limit(Limit::per_second(10)).build()?;
+/// let _ = limiter.check_n(&1, 6);
+/// let per_minute = PolicyConfig::new([Limit::per_minute(100)]);
+/// limiter.update_policy("default", per_minute, Carry::Conservative)?;
+/// assert_eq!(limiter.peek(&1).remaining(), 93); // the 6 used carried over
+/// limiter.update_policy("default", PolicyConfig::new([Limit::per_hour(100)]), Carry::Reset)?;
+/// assert_eq!(limiter.peek(&1).remaining(), 99); // a new window, started empty
+/// # Ok::<(), slidegate::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Carry {
+    /// Each new limit starts with the units the old limits counted over a window at least
+    /// as long as its own (the fewest such, as the tightest known bound), or, when every
+    /// old window is shorter, the most any old limit counted: everything the key is known
+    /// to have used, recorded as used now. It can refuse more than an exact count would
+    /// (the units age out over the new window from now), never admit more than what was
+    /// recorded allows. Units older than every old window were never kept and cannot count.
+    #[default]
+    Conservative,
+    /// Every window starts empty.
+    Reset,
 }
 
 impl Policy {
@@ -306,7 +336,7 @@ pub(crate) const NARROWEST: u32 = 2;
 
 /// log₂ of the ring entries per word for a limit of `max`: the narrowest count that holds
 /// more than `max` (a slot admits at most `max` units through checks; more only through
-/// `record` or a carry, and a narrow entry then saturates, see `algorithm/sliding.rs`).
+/// `record` or a carry, and a narrow entry then saturates, see `algorithm/sliding/`).
 pub(crate) fn ring_entries_log(max: u64) -> u32 {
     match max {
         0..=0xFE => 2,

@@ -57,7 +57,7 @@
 //! `serde` (limits in configuration files).
 
 // `unsafe` appears in two places: the key table's nodes, arrays and epoch-deferred frees
-// (`table.rs`), and the sliding log's shared snapshots (`algorithm/log.rs`). Everything else
+// (`table/`), and the sliding log's shared snapshots (`algorithm/log.rs`). Everything else
 // is safe code.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(unsafe_code)]
@@ -138,14 +138,14 @@ pub use algorithm::{Algorithm, MAX_LOG_UNITS};
 pub use clock::ManualClock;
 pub use decision::{Decision, Denial};
 pub use error::ConfigError;
-pub use layout::MAX_LIMITS;
+pub use layout::{Carry, MAX_LIMITS};
 pub use limit::{Accuracy, Limit, MAX_SLOTS, MAX_UNITS, MAX_WINDOW};
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub use limiter::Jitter;
 pub use limiter::{Identities, Limiter, LimiterBuilder};
 pub use policy::{PolicyConfig, DEFAULT_POLICY};
-pub use protocol::{Carry, MAX_IDENTITIES};
+pub use protocol::MAX_IDENTITIES;
 
 /// The per-key protocol, exposed for the `loom-tests` crate only (built with
 /// `--cfg slidegate_loom`). Not part of the public API.
@@ -153,8 +153,8 @@ pub use protocol::{Carry, MAX_IDENTITIES};
 #[doc(hidden)]
 pub mod model {
     pub use crate::algorithm::Algorithm;
-    pub use crate::layout::Policy;
-    pub use crate::protocol::{Carry, KeyState, Outcome, OwnedState};
+    pub use crate::layout::{Carry, Policy};
+    pub use crate::protocol::{KeyState, Outcome, OwnedState};
 }
 
 // The README's gateway example needs the `tower` and `axum` features (the README's test

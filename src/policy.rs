@@ -11,10 +11,9 @@ use arc_swap::ArcSwap;
 
 use crate::algorithm::Algorithm;
 use crate::error::ConfigError;
-use crate::layout::{ring_entries_log, Policy, MAX_LIMITS, NARROWEST};
+use crate::layout::{ring_entries_log, Carry, Policy, MAX_LIMITS, NARROWEST};
 use crate::limit::Limit;
 use crate::metrics::Metrics;
-use crate::protocol::Carry;
 
 /// The name of the policy that [`LimiterBuilder::limit`](crate::LimiterBuilder::limit)
 /// adds to.

@@ -1,6 +1,6 @@
 //! The one place atomics and locks come from, so that `loom` can stand in for `std` under
 //! `--cfg slidegate_loom` (the same shim tokio and crossbeam use). The per-key state
-//! (`protocol.rs`, `algorithm/`) and the key table (`table.rs`) go through it: those are the lock-free
+//! (`protocol/`, `algorithm/`) and the key table (`table/`) go through it: those are the lock-free
 //! protocols the loom models check. (`crossbeam-epoch` follows with `--cfg crossbeam_loom`.)
 
 #[cfg(not(slidegate_loom))]

@@ -1,6 +1,6 @@
 //! Loom models of the three algorithms beside the sliding window (`algorithm/fixed.rs`,
 //! `gcra.rs`, `log.rs`) under the shared admission protocol of `KeyState::check`
-//! (protocol.rs): a view (loads only), one CAS per limit to count, rollback of the limits
+//! (protocol/mod.rs): a view (loads only), one CAS per limit to count, rollback of the limits
 //! already committed when a later one refuses, and retirement. The fixed window's word is
 //! `(window tag, count)`, GCRA's a theoretical arrival time, the sliding log's the address of
 //! an immutable snapshot of timestamps (`DETACHED` once the state is retired).

@@ -1,4 +1,4 @@
-//! Loom models of admission in one slot (`KeyState::check`, protocol.rs): with the clock
+//! Loom models of admission in one slot (`KeyState::check`, protocol/mod.rs): with the clock
 //! frozen, every admission is a CAS on the limit's `cur` word, so threads racing for the
 //! last units of a limit must get exactly `max` of them between them, never more or fewer,
 //! and the state left behind must read the same as after a sequential run.

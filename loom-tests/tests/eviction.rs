@@ -1,8 +1,8 @@
 //! Loom models of eviction, replacement and moves on the real eviction path: the shipped
 //! `Limiter` on a `ManualClock` (`Limiter::check_n`, `check_all`, `sweep`, `update_policy`
-//! in src/limiter/), its key table (table.rs: shard mutexes, slots, the shard floor) on
+//! in src/limiter/), its key table (table/: shard mutexes, slots, the shard floor) on
 //! loom's atomics through the crate's shim, `crossbeam-epoch` on loom (`--cfg
-//! crossbeam_loom`), and the retire protocol of protocol.rs (`cover`, `retire`, `migrate`).
+//! crossbeam_loom`), and the retire protocol of protocol/ (`cover`, `retire`, `migrate`).
 //! (Resets racing checks are in `table.rs` and `algorithms.rs`.)
 //!
 //! A thread reads the clock when it first runs (the clock is no loom object, but loom runs

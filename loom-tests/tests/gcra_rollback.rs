@@ -1,5 +1,5 @@
 //! Loom models of GCRA's rollback (`algorithm/gcra.rs`) under the admission protocol of
-//! several limits (`KeyState::check`, protocol.rs) and of several keys
+//! several limits (`KeyState::check`, protocol/mod.rs) and of several keys
 //! (`KeyState::check_many`). A check commits its limits one CAS at a time; when a later
 //! limit refuses, it takes back what it committed. A GCRA word is a theoretical arrival
 //! time (TAT), and a commit at a clock past the TAT first moves the TAT up to that clock,

@@ -1,4 +1,4 @@
-//! Loom models of one request charged to several keys (`KeyState::check_many`, protocol.rs):
+//! Loom models of one request charged to several keys (`KeyState::check_many`, protocol/many.rs):
 //! the several-limits protocol over several keys' states, without locks. Threads charging
 //! the same two keys in opposite orders, or racing a single-key check, must admit exactly
 //! what the limits allow, and a refused or rolled-back request must leave nothing counted

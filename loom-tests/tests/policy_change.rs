@@ -1,4 +1,4 @@
-//! Loom models of a policy change racing a check (`KeyState::migrate`, protocol.rs). The key
+//! Loom models of a policy change racing a check (`KeyState::migrate`, protocol/moving.rs). The key
 //! table moves a key's state to the policy's new version under its shard's mutex, but a
 //! check that found the old node takes no lock: it may count into the old state while it
 //! is being read. Either the migration reads its units, or the

@@ -1,5 +1,5 @@
 //! Loom model of a rollback racing a `record` that saturates the count it takes units back
-//! from (`rollback` of `algorithm/fixed.rs`, `sliding.rs` and `log.rs`). A count that has
+//! from (`rollback` of `algorithm/fixed.rs`, `sliding/mod.rs` and `log.rs`). A count that has
 //! saturated (2³²−1 in a fixed window's word or a sliding window's `cur`; a sliding log
 //! that keeps only its newest `MAX_LOG_UNITS` entries) no longer says how many units it
 //! stands for, so taking a rolled-back check's units out of it could leave fewer than the

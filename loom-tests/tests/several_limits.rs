@@ -1,5 +1,5 @@
 //! Loom models of admission across several limits (`KeyState::check`, `rollback` in
-//! protocol.rs): a request is committed limit by limit, one CAS each; when a later limit's CAS
+//! protocol/mod.rs): a request is committed limit by limit, one CAS each; when a later limit's CAS
 //! loses a race and the limit no longer admits, the limits already committed are rolled
 //! back and the check starts over. No limit may ever hold more than its max, and with the
 //! clock frozen (no slot closes between commit and rollback) a rollback must leave nothing

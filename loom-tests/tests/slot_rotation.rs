@@ -1,4 +1,4 @@
-//! Loom models of slot rotation (`commit`, `raise`, `view_at` in algorithm/sliding.rs): the thread
+//! Loom models of slot rotation (`commit`, `raise`, `view_at` in algorithm/sliding/mod.rs): the thread
 //! that moves a limit's `cur` word to a later slot first writes the closing slot's count
 //! (and, on a jump, the skipped slots as empty) into the ring, then CASes `cur`. A thread
 //! still counting in the old slot races it. No unit may be lost or counted twice, and a unit

@@ -1,4 +1,4 @@
-//! What every algorithm works on, below the admission protocol (`protocol.rs`) and the
+//! What every algorithm works on, below the admission protocol (`protocol/`) and the
 //! per-key layout (`layout.rs`), which both build on it: the [`Counter`] trait (the steps
 //! an algorithm gives the protocol), [`Words`] (one key's words, as an algorithm reads and
 //! writes them), [`Rule`] (one limit, compiled for the hot path), and how a word packs a
@@ -10,7 +10,7 @@
 //! that way, so adding a window's slots to one cannot overflow; and every slot is at least
 //! `ring = n + 1`, so subtracting a window's slots from one cannot go below zero. Counts
 //! are at most 32-bit fields (a sliding window's ring entries may be narrower, see
-//! `algorithm/sliding.rs`) and costs at most `max` (≤ 2³²−1), or clamped to that on the way in
+//! `algorithm/sliding/`) and costs at most `max` (≤ 2³²−1), or clamped to that on the way in
 //! (`Counter::MOST`), so sums of a window's counts and a cost stay below 2⁴⁵ too.
 //!
 //! Slot tags are 32 bits of the slot index. They are compared only within a key that is
@@ -27,7 +27,7 @@ use crate::sync::AtomicU64;
 /// One algorithm's counters for one limit of a key, as the admission protocol of
 /// [`KeyState::check`] drives them: read a view (loads only), decide from it, publish an
 /// admission with one CAS that fails if the view is stale, take it back if a later limit
-/// refuses. One implementation per algorithm, in `algorithm/` (the sliding window in `sliding.rs`).
+/// refuses. One implementation per algorithm, in `algorithm/` (the sliding window in `sliding/`).
 ///
 /// [`KeyState::check`]: crate::protocol::KeyState::check
 pub(crate) trait Counter {
@@ -70,7 +70,7 @@ pub(crate) trait Counter {
 /// One key's words: `touched`, then every limit's (laid out by `layout.rs`), borrowed from
 /// where they live (a node of the key table, an `OwnedState`). The protocol's `KeyState`
 /// derefs to them, and an algorithm reads and writes them through [`word`](Self::word) (the
-/// sliding window adds its steps on them in `sliding.rs`). Copies share the words. (`pub`
+/// sliding window adds its steps on them in `sliding/`). Copies share the words. (`pub`
 /// only because `KeyState`, public for the loom models, derefs to it.)
 #[derive(Clone, Copy)]
 pub struct Words<'a>(&'a [AtomicU64]);
@@ -155,7 +155,7 @@ pub(crate) struct Rule {
     pub(crate) ring_at: usize,
     /// log₂ of the ring entries packed in one word's low 32 bits: 2 (four 8-bit counts)
     /// for a `max` up to 254, 1 (two 16-bit counts) up to 65,534, else 0 (one 32-bit count).
-    /// See [`ring_entries_log`] and `algorithm/sliding.rs`.
+    /// See [`ring_entries_log`] and `algorithm/sliding/`.
     ///
     /// [`ring_entries_log`]: crate::layout::ring_entries_log
     pub(crate) entries_log: u32,

@@ -1,5 +1,5 @@
-//! [`Algorithm`]: how a limiter counts each limit, one file per algorithm (`sliding.rs`,
-//! `fixed.rs`, `log.rs`, `gcra.rs`), all run by the same admission protocol (`protocol.rs`:
+//! [`Algorithm`]: how a limiter counts each limit, one file per algorithm (`sliding/`,
+//! `fixed.rs`, `log.rs`, `gcra.rs`), all run by the same admission protocol (`protocol/`:
 //! views, one CAS per limit, rollback across limits, retirement) through the `Counter`
 //! trait. That trait, and what the algorithms work on (a limit's `Rule`, a key's `Words`,
 //! the packing of a word), are in `counter.rs`, which the protocol and the per-key layout

@@ -14,10 +14,10 @@ use crossbeam_epoch as epoch;
 use super::Limiter;
 use crate::algorithm::Algorithm;
 use crate::error::ConfigError;
-use crate::layout::Policy;
+use crate::layout::{Carry, Policy};
 use crate::limit::Limit;
 use crate::policy::PolicyConfig;
-use crate::protocol::{Carry, KeyState};
+use crate::protocol::KeyState;
 use crate::table::Change;
 
 impl<K> Limiter<K>

@@ -1,7 +1,7 @@
 //! [`Limiter::check_all`]: one request charged to several keys (its user, its API key, its
 //! IP) at once, with [`Identities`], its decision and the key it is about. The keys are
 //! looked up one at a time (`node_of`: inserted or renewed as needed), then checked together
-//! by the per-key protocol (`KeyState::check_many`, `protocol.rs`); keys under a shadow
+//! by the per-key protocol (`KeyState::check_many`, `protocol/many.rs`); keys under a shadow
 //! policy are checked after the others (`shadow_check`).
 
 use std::borrow::Borrow;

@@ -1,10 +1,10 @@
-//! [`Limiter`]: the keyed front end. A [`Table`] (sharded, lock-free reads, see `table.rs`)
+//! [`Limiter`]: the keyed front end. A [`Table`] (sharded, lock-free reads, see `table/`)
 //! holds each key's counters; the builder wires up the clock and the sweeper.
 //!
 //! # The path of a check
 //! [`Limiter::check_n`] → `decide`: pin the epoch, hash the key once, find its node, and
-//! run the per-key protocol (`protocol.rs`) on its counters under the node's policy, at the
-//! clock's time or the shard's floor if that is later (`table.rs`: a check delayed across
+//! run the per-key protocol (`protocol/`) on its counters under the node's policy, at the
+//! clock's time or the shard's floor if that is later (`table/mod.rs`: a check delayed across
 //! an eviction decides no earlier than the eviction). Only when that cannot answer does it
 //! take the shard's mutex: the key is new (`insert`), its state expired or was retired
 //! (`renew` replaces it), or its policy has a newer version (`renew` moves it). Everything
@@ -219,7 +219,7 @@ where
                     None => continue,
                 }
             };
-            // Not before the shard's last eviction (`table.rs`): a check whose clock read
+            // Not before the shard's last eviction (`table/mod.rs`): a check whose clock read
             // an earlier time and was delayed across it would otherwise decide on a fresh
             // state at that time, without the units the evicted state still counted then.
             now = now.max(shared.table.floor(hash));

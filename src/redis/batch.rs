@@ -26,7 +26,7 @@ use std::time::Duration;
 use ::redis::{RedisError, RedisResult};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
-use super::{Entry, Mode, Remote};
+use super::call::{Entry, Mode, Remote};
 
 /// The most checks sent in one call.
 pub(super) const MOST_PER_BATCH: usize = 64;

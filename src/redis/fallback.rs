@@ -6,9 +6,10 @@ use std::fmt;
 use std::hash::Hash;
 use std::sync::atomic::Ordering;
 
+use super::call::{wall_ms, Mode};
 use super::owed::{Owed, Take};
 use super::reply::{self, Answer};
-use super::{wall_ms, Checked, DecidedBy, Fallback, Mode, RedisLimiter};
+use super::{Checked, DecidedBy, Fallback, RedisLimiter};
 use crate::Decision;
 
 /// Besides its own debt, the most other keys' debts one check repays (one call each), so

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use crossbeam_queue::SegQueue;
 
-use super::{RedisLimiterBuilder, Remote};
+use super::call::Remote;
+use super::RedisLimiterBuilder;
 use crate::{Decision, Limiter};
 use book::Book;
 

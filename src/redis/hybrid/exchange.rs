@@ -22,7 +22,8 @@ use ::redis::{RedisError, RedisResult};
 use tokio::task::JoinSet;
 
 use super::book::{Book, Heard, Pick};
-use crate::redis::{reply, Conn, Entry, Mode, Remote};
+use crate::redis::call::{Conn, Entry, Mode, Remote};
+use crate::redis::reply;
 use crate::{Denial, Limit, Limiter};
 
 /// The most keys in one call.

@@ -542,7 +542,7 @@ fn report(
          measured as `tools/src/bin/memory.rs` measures (in a fresh process; `u64` keys there: {:.0} B, \
          state {:.0} B). Slack per key, heap: {table:.0} B for one more doubling of the map's table \
          (the documented figure less the state's {:.0} B allocation: under churn the key \
-         table's tombstones can double a shard's array once, see `src/table.rs`) and {:.0}% of the documented \
+         table's tombstones can double a shard's array once, see `src/table/`) and {:.0}% of the documented \
          figure (uneven shards, a shard's two tables while it resizes, `sweep()`'s list of one \
          shard's expired keys); RSS also {MALLOC_OVERHEAD:.0} B of malloc header and rounding on \
          the state's allocation, {table:.0} B for replaced tables that malloc keeps, and {} for \

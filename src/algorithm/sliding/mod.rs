@@ -18,7 +18,7 @@
 //!   a word up to `max` 254, two 16-bit ones up to 65,534, else one 32-bit count. A ring
 //!   word is `(tag: u32, entries in the low 32 bits)`, and its tag is the newest slot written
 //!   into it: an entry then holds the newest slot at or before the tag that maps to its
-//!   position (`read_entry`). So a 60/min limit at 1 s slots keeps its 61 closed slots in
+//!   position (`read_entry`, `ring.rs`). So a 60/min limit at 1 s slots keeps its 61 closed slots in
 //!   16 words, not 61.
 //!
 //! # Moving on
@@ -52,7 +52,7 @@
 //! slot `cur` holds keeps its exact count up to 2³²−1, where it saturates too (a count of
 //! 2³²−1 may stand for more: `record`'s cost is clamped there). A saturated slot stays
 //! saturated: a `sum` that adds one in is marked saturated (the ring is then added up, so
-//! a view knows), a ring re-encoded into wider entries (`reencode`) keeps it saturated at
+//! a view knows), a ring re-encoded into wider entries (`reencode`, `ring.rs`) keeps it saturated at
 //! the new width, and what a key is known to have used (`used`, carried into a new layout)
 //! is everything there is. Decisions are then conservative: never an admission the exact
 //! count would refuse, never a `retry_after` too early (`tests/contract.rs`,
@@ -63,83 +63,15 @@ use crate::algorithm::counter::{count_of, pack, set, tag_distance, tag_of, Count
 use crate::limit::MAX_UNITS;
 use crate::sync::Ordering;
 
+mod ring;
+mod wait;
+
+use ring::{as_oldest, closed_count, current_saturated, held, read_entry, saturated, with_entry, Hist};
+
 /// A `sum` word's count once the units over a window no longer fit 32 bits (`pack`
 /// saturates), or once a saturated slot is among them: the sum is then added up from the
 /// ring, which holds every slot's count and says which saturated.
 const SUM_SATURATED: u64 = u32::MAX as u64;
-
-/// The count slot `cur` holds as the ring will keep it once closed: at most a ring entry's
-/// width (never below `max`, see the module docs).
-#[inline]
-fn closed_count(rule: &Rule, cur: u64) -> u64 {
-    count_of(cur).min(rule.entry_most)
-}
-
-/// Whether a closed slot's entry of `count` units is saturated: it took at least as many
-/// units as its entry holds, more than `max` (only `record` or a carry can do that), so it
-/// no longer says how many (module docs).
-#[inline]
-fn saturated(rule: &Rule, count: u64) -> bool {
-    count >= rule.entry_most && rule.entry_most > rule.max
-}
-
-/// Whether `cur`'s count (the open slot's, exact up to 2³²−1) is saturated.
-#[inline]
-fn current_saturated(rule: &Rule, count: u64) -> bool {
-    count >= MAX_UNITS && MAX_UNITS > rule.max
-}
-
-/// What a closed slot of `count` units weighs as the oldest, partly covered slot: its
-/// count, except that a saturated entry weighs more than `max` until the slot has wholly
-/// left the window (`max × precision + 1`: more than `max` at any weight of at least 1 ns
-/// in `precision`), and more than any entry holds, so that a view's `oldest` above
-/// `entry_most` says it is saturated (`View::used`). Conservative: never less than the
-/// units it stands for.
-#[inline]
-fn as_oldest(rule: &Rule, count: u64) -> u64 {
-    if saturated(rule, count) {
-        rule.max.saturating_mul(rule.precision).saturating_add(1).max(rule.entry_most.saturating_add(1))
-    } else {
-        count
-    }
-}
-
-/// Ring entry at bit `shift` of `word`.
-#[inline]
-fn entry(rule: &Rule, word: u64, shift: u32) -> u64 {
-    (word >> shift) & rule.entry_most
-}
-
-/// `word` with its entry at bit `shift` set to `count` (at most the entry's width).
-#[inline]
-fn with_entry(rule: &Rule, word: u64, shift: u32, count: u64) -> u64 {
-    let most = rule.entry_most;
-    (word & !(most << shift)) | (count.min(most) << shift)
-}
-
-/// Slot `slot`'s count if ring word `word` holds that very slot (its tag is `slot` or up to
-/// `ring − 1` slots later), else `None`: see [`read_entry`].
-#[inline]
-fn held(rule: &Rule, word: u64, slot: u64, shift: u32) -> Option<u64> {
-    let d = tag_distance(tag_of(word), slot as u32);
-    (d >= 0 && d.unsigned_abs() < rule.ring).then(|| entry(rule, word, shift))
-}
-
-/// What ring word `word` says about slot `slot`, whose entry sits at bit `shift`: the word's
-/// tag is the newest slot written into it, so its entry for `slot`'s position holds `slot`
-/// when that tag is `slot` or up to `ring − 1` slots later, an older slot (empty for us)
-/// when the tag is earlier, and a later lap when the tag is `ring` or more slots later.
-#[inline]
-#[allow(clippy::arithmetic_side_effects, reason = "a slot below 2⁴⁵ plus a tag distance below 2³¹")]
-fn read_entry(rule: &Rule, word: u64, slot: u64, shift: u32) -> Hist {
-    match held(rule, word, slot, shift) {
-        Some(units) => Hist::Count(units),
-        None => match tag_distance(tag_of(word), slot as u32) {
-            d if d < 0 => Hist::Count(0),
-            d => Hist::Newer(slot + d.unsigned_abs()),
-        },
-    }
-}
 
 /// One limit as a check sees it: what is in the window now, and what a commit would write.
 #[derive(Debug, Clone, Copy, Default)]
@@ -252,12 +184,6 @@ impl View {
     }
 }
 
-/// A history read: the slot's count, or the index of a newer slot found in its place.
-enum Hist {
-    Count(u64),
-    Newer(u64),
-}
-
 /// The sliding-window counter (interpolated or strict): the module docs describe it.
 pub(crate) struct Sliding;
 
@@ -316,39 +242,6 @@ impl Counter for Sliding {
     #[inline(always)]
     fn at(_: &Rule, view: &View, _: u64) -> (u64, u64) {
         (view.slot, view.elapsed)
-    }
-}
-
-impl Sliding {
-    /// Copies limit `a`'s counters in `old` (a retired state's words, read with the retire
-    /// protocol) into limit `b`'s place in `new`, where `b` counts the same window with ring
-    /// entries of another width: `cur` and `sum` as they are (a `sum` with a saturated slot
-    /// in it is marked saturated already), and every slot the ring holds re-encoded at its
-    /// position, a saturated one saturated at `b`'s width. Exact when `b`'s entries are at
-    /// least as wide (the only case a limiter produces: its entries only widen).
-    pub(crate) fn reencode(a: &Rule, b: &Rule, old: &[u64], new: &mut [u64], now: u64) {
-        let word = |at: usize| old.get(at).copied().unwrap_or(0);
-        let cur = word(a.at);
-        set(new, b.at, cur);
-        if let (Some(from), Some(to)) = (a.sum_word(), b.sum_word()) {
-            set(new, to, word(from));
-        }
-        // The slot `cur` holds, as a full index (a tag is its low 32 bits; module docs).
-        let (now_slot, _) = a.slot_of(now);
-        let held = now_slot.saturating_add_signed(tag_distance(tag_of(cur), now_slot as u32));
-        // Oldest first, so each new word's tag ends at the newest slot in it.
-        for slot in held.saturating_sub(a.ring)..held {
-            let (from, shift) = a.position(slot);
-            let units = match read_entry(a, word(from), slot, shift) {
-                // A saturated entry stays saturated at the new width (module docs).
-                Hist::Count(units) if saturated(a, units) => b.entry_most,
-                Hist::Count(units) => units,
-                Hist::Newer(_) => 0,
-            };
-            let (to, shift) = b.position(slot);
-            let into = new.get(to).copied().unwrap_or(0);
-            set(new, to, with_entry(b, pack(slot, 0) | (into & 0xFFFF_FFFF), shift, units));
-        }
     }
 }
 
@@ -644,134 +537,5 @@ impl Words<'_> {
                 Err(seen) => cur = seen,
             }
         }
-    }
-
-    /// The earliest time (ns) at which `cost` more units fit this limit if nothing else is
-    /// admitted: the window slides forward slot by slot; within a slot the interpolated
-    /// count falls linearly, so the crossing point is solved exactly (rounded up to the ns).
-    ///
-    /// The walk re-reads the ring after the view. If a racing check has moved the key on
-    /// meanwhile and reused a position the walk needs, that slot's count is gone: read as
-    /// empty, it can keep the window from draining (a wait up to a whole window too long,
-    /// never too short), so the answer is an `Err` and the check starts over from fresh
-    /// views. It is not retried for ever: the racing check may be preempted in the middle of
-    /// its move (ring written, `cur` not yet), and a check must not wait for another.
-    fn admissible_at(&self, rule: &Rule, view: &View, cost: u64) -> Result<u64, u64> {
-        let mut lost = false;
-        let at = self.admissible_walk(rule, view, cost, &mut lost);
-        if lost {
-            Err(at)
-        } else {
-            Ok(at)
-        }
-    }
-
-    /// The walk of [`admissible_at`](Self::admissible_at); sets `lost` if it met a reused
-    /// ring position.
-    #[allow(
-        clippy::arithmetic_side_effects,
-        reason = "slots and counts below 2⁴⁵, slots at least ring (module docs); u64 × u64 fits u128"
-    )]
-    fn admissible_walk(&self, rule: &Rule, view: &View, cost: u64, lost: &mut bool) -> u64 {
-        let room = rule.max.saturating_sub(cost);
-        let p = u128::from(rule.precision);
-        let last = view.slot + rule.slots + 1;
-        let mut whole = view.current + view.full;
-        let mut oldest = view.oldest;
-        let closing = view.closing(rule);
-        // The newest slot with units (`tail`: the current one, or the one a move would close,
-        // after which nothing is counted yet) is known without the ring. `left` is what the
-        // ring's slots before it, wholly inside the window, hold and have not yet left. Once
-        // that is 0 and too many units remain, nothing changes until the tail becomes the
-        // oldest slot, and the walk jumps there: a refusal for a burst (its units in one
-        // slot, the usual case under attack) reads a few words, however long the ring and
-        // however old the burst. A saturated slot in the window makes `full` no count: no jump.
-        let (tail, tail_units) = match closing {
-            Some((closed, units)) if closed + rule.slots > view.slot => (closed, units),
-            _ => (view.slot, view.current),
-        };
-        let mut left = match (view.saturated, tail == view.slot) {
-            (true, _) => u64::MAX,
-            (false, true) => view.full,
-            (false, false) => view.full.checked_sub(tail_units).unwrap_or(u64::MAX),
-        };
-        let mut position = rule.by_ring.rem(view.slot + 1 - rule.slots);
-        let mut slot = view.slot;
-        loop {
-            let from = if slot == view.slot { view.elapsed } else { 0 };
-            if whole <= room {
-                if let Some(at) = Self::fits_in(rule, p, room, whole, oldest, from) {
-                    return rule.time_of(slot, at);
-                }
-            } else if view.current > room && slot < view.slot + rule.slots {
-                // Nothing fits while the current slot is wholly inside the window (the usual
-                // refusal: a burst within one slot): go straight to where it becomes the oldest.
-                let closes_with = view.current.min(rule.entry_most);
-                (slot, whole, oldest) = (view.slot + rule.slots, 0, as_oldest(rule, closes_with));
-                continue;
-            } else if left == 0 && slot < tail + rule.slots {
-                // The ring's slots before the tail are empty from here: go straight to where
-                // the tail becomes the oldest.
-                (slot, whole, oldest) =
-                    (tail + rule.slots, whole.saturating_sub(tail_units), as_oldest(rule, tail_units));
-                continue;
-            }
-            if slot == last {
-                return rule.time_of(last, 0);
-            }
-            // The slot that was oldest leaves; the next one becomes the oldest. Its count comes
-            // from the ring, walked position by position (no division per slot), or from `cur`
-            // for the slot a move would close, after which the ring has nothing yet.
-            slot += 1;
-            let i = slot - rule.slots;
-            let leaving = match closing {
-                _ if i == view.slot => view.current,
-                _ if i > view.slot => 0,
-                Some((closed, units)) if i == closed => units,
-                Some((closed, _)) if i > closed => 0,
-                _ => {
-                    let (at, shift) = rule.place(position as usize);
-                    // Relaxed: ordered by the Acquire load of `cur` in `view`.
-                    let word = self.word(at).load(Ordering::Relaxed);
-                    held(rule, word, i, shift).unwrap_or_else(|| {
-                        *lost = true;
-                        0
-                    })
-                }
-            };
-            position = if position + 1 == rule.ring { 0 } else { position + 1 };
-            whole = whole.saturating_sub(leaving);
-            oldest = as_oldest(rule, leaving);
-            if i < tail {
-                left = left.saturating_sub(leaving);
-            }
-        }
-    }
-
-    /// Where in a slot `cost` fits, given the units wholly inside the window (`whole`, at
-    /// most `room`) and the oldest, partly covered slot's: from `from` ns into the slot, or
-    /// `None` if not before its end.
-    #[inline]
-    #[allow(
-        clippy::arithmetic_side_effects,
-        reason = "counts below 2⁴⁵ (module docs); u64 × u64 fits u128; whole ≤ room"
-    )]
-    fn fits_in(rule: &Rule, p: u128, room: u64, whole: u64, oldest: u64, from: u64) -> Option<u64> {
-        if rule.strict || oldest == 0 {
-            return (whole + oldest <= room || oldest == 0).then_some(from);
-        }
-        // Need whole·p + oldest·(p − e) ≤ room·p, i.e. e ≥ (whole + oldest − room)·p / oldest.
-        let excess = (whole + oldest).saturating_sub(room);
-        if excess >= oldest {
-            // The crossing point is at or past the slot's end: the next slot decides.
-            return None;
-        }
-        // 64-bit division when the product fits (a 128-bit one is a slow library call).
-        let need = match excess.checked_mul(rule.precision) {
-            Some(product) => product.div_ceil(oldest),
-            None => u64::try_from((u128::from(excess) * p).div_ceil(u128::from(oldest))).unwrap_or(u64::MAX),
-        };
-        let at = need.max(from);
-        (at < rule.precision).then_some(at)
     }
 }

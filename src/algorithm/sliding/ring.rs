@@ -1,0 +1,120 @@
+//! A ring word's entries: a closed slot's count read from its position or written there,
+//! what a saturated entry says, and the re-encoding of a ring at another entry width (a
+//! policy change that keeps the windows, `protocol/moving.rs`).
+
+use crate::algorithm::counter::{count_of, pack, set, tag_distance, tag_of, Rule};
+use crate::limit::MAX_UNITS;
+
+use super::Sliding;
+
+/// The count slot `cur` holds as the ring will keep it once closed: at most a ring entry's
+/// width (never below `max`, see the module docs).
+#[inline]
+pub(super) fn closed_count(rule: &Rule, cur: u64) -> u64 {
+    count_of(cur).min(rule.entry_most)
+}
+
+/// Whether a closed slot's entry of `count` units is saturated: it took at least as many
+/// units as its entry holds, more than `max` (only `record` or a carry can do that), so it
+/// no longer says how many (module docs).
+#[inline]
+pub(super) fn saturated(rule: &Rule, count: u64) -> bool {
+    count >= rule.entry_most && rule.entry_most > rule.max
+}
+
+/// Whether `cur`'s count (the open slot's, exact up to 2³²−1) is saturated.
+#[inline]
+pub(super) fn current_saturated(rule: &Rule, count: u64) -> bool {
+    count >= MAX_UNITS && MAX_UNITS > rule.max
+}
+
+/// What a closed slot of `count` units weighs as the oldest, partly covered slot: its
+/// count, except that a saturated entry weighs more than `max` until the slot has wholly
+/// left the window (`max × precision + 1`: more than `max` at any weight of at least 1 ns
+/// in `precision`), and more than any entry holds, so that a view's `oldest` above
+/// `entry_most` says it is saturated (`View::used`). Conservative: never less than the
+/// units it stands for.
+#[inline]
+pub(super) fn as_oldest(rule: &Rule, count: u64) -> u64 {
+    if saturated(rule, count) {
+        rule.max.saturating_mul(rule.precision).saturating_add(1).max(rule.entry_most.saturating_add(1))
+    } else {
+        count
+    }
+}
+
+/// Ring entry at bit `shift` of `word`.
+#[inline]
+fn entry(rule: &Rule, word: u64, shift: u32) -> u64 {
+    (word >> shift) & rule.entry_most
+}
+
+/// `word` with its entry at bit `shift` set to `count` (at most the entry's width).
+#[inline]
+pub(super) fn with_entry(rule: &Rule, word: u64, shift: u32, count: u64) -> u64 {
+    let most = rule.entry_most;
+    (word & !(most << shift)) | (count.min(most) << shift)
+}
+
+/// Slot `slot`'s count if ring word `word` holds that very slot (its tag is `slot` or up to
+/// `ring − 1` slots later), else `None`: see [`read_entry`].
+#[inline]
+pub(super) fn held(rule: &Rule, word: u64, slot: u64, shift: u32) -> Option<u64> {
+    let d = tag_distance(tag_of(word), slot as u32);
+    (d >= 0 && d.unsigned_abs() < rule.ring).then(|| entry(rule, word, shift))
+}
+
+/// What ring word `word` says about slot `slot`, whose entry sits at bit `shift`: the word's
+/// tag is the newest slot written into it, so its entry for `slot`'s position holds `slot`
+/// when that tag is `slot` or up to `ring − 1` slots later, an older slot (empty for us)
+/// when the tag is earlier, and a later lap when the tag is `ring` or more slots later.
+#[inline]
+#[allow(clippy::arithmetic_side_effects, reason = "a slot below 2⁴⁵ plus a tag distance below 2³¹")]
+pub(super) fn read_entry(rule: &Rule, word: u64, slot: u64, shift: u32) -> Hist {
+    match held(rule, word, slot, shift) {
+        Some(units) => Hist::Count(units),
+        None => match tag_distance(tag_of(word), slot as u32) {
+            d if d < 0 => Hist::Count(0),
+            d => Hist::Newer(slot + d.unsigned_abs()),
+        },
+    }
+}
+
+/// A history read: the slot's count, or the index of a newer slot found in its place.
+pub(super) enum Hist {
+    Count(u64),
+    Newer(u64),
+}
+
+impl Sliding {
+    /// Copies limit `a`'s counters in `old` (a retired state's words, read with the retire
+    /// protocol) into limit `b`'s place in `new`, where `b` counts the same window with ring
+    /// entries of another width: `cur` and `sum` as they are (a `sum` with a saturated slot
+    /// in it is marked saturated already), and every slot the ring holds re-encoded at its
+    /// position, a saturated one saturated at `b`'s width. Exact when `b`'s entries are at
+    /// least as wide (the only case a limiter produces: its entries only widen).
+    pub(crate) fn reencode(a: &Rule, b: &Rule, old: &[u64], new: &mut [u64], now: u64) {
+        let word = |at: usize| old.get(at).copied().unwrap_or(0);
+        let cur = word(a.at);
+        set(new, b.at, cur);
+        if let (Some(from), Some(to)) = (a.sum_word(), b.sum_word()) {
+            set(new, to, word(from));
+        }
+        // The slot `cur` holds, as a full index (a tag is its low 32 bits; module docs).
+        let (now_slot, _) = a.slot_of(now);
+        let held = now_slot.saturating_add_signed(tag_distance(tag_of(cur), now_slot as u32));
+        // Oldest first, so each new word's tag ends at the newest slot in it.
+        for slot in held.saturating_sub(a.ring)..held {
+            let (from, shift) = a.position(slot);
+            let units = match read_entry(a, word(from), slot, shift) {
+                // A saturated entry stays saturated at the new width (module docs).
+                Hist::Count(units) if saturated(a, units) => b.entry_most,
+                Hist::Count(units) => units,
+                Hist::Newer(_) => 0,
+            };
+            let (to, shift) = b.position(slot);
+            let into = new.get(to).copied().unwrap_or(0);
+            set(new, to, with_entry(b, pack(slot, 0) | (into & 0xFFFF_FFFF), shift, units));
+        }
+    }
+}

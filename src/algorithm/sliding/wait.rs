@@ -1,0 +1,139 @@
+//! A refusal's wait: the earliest time at which a refused cost fits the limit, walking the
+//! window forward slot by slot from a view.
+
+use crate::algorithm::counter::{Rule, Words};
+use crate::sync::Ordering;
+
+use super::ring::{as_oldest, held};
+use super::View;
+
+impl Words<'_> {
+    /// The earliest time (ns) at which `cost` more units fit this limit if nothing else is
+    /// admitted: the window slides forward slot by slot; within a slot the interpolated
+    /// count falls linearly, so the crossing point is solved exactly (rounded up to the ns).
+    ///
+    /// The walk re-reads the ring after the view. If a racing check has moved the key on
+    /// meanwhile and reused a position the walk needs, that slot's count is gone: read as
+    /// empty, it can keep the window from draining (a wait up to a whole window too long,
+    /// never too short), so the answer is an `Err` and the check starts over from fresh
+    /// views. It is not retried for ever: the racing check may be preempted in the middle of
+    /// its move (ring written, `cur` not yet), and a check must not wait for another.
+    pub(super) fn admissible_at(&self, rule: &Rule, view: &View, cost: u64) -> Result<u64, u64> {
+        let mut lost = false;
+        let at = self.admissible_walk(rule, view, cost, &mut lost);
+        if lost {
+            Err(at)
+        } else {
+            Ok(at)
+        }
+    }
+
+    /// The walk of [`admissible_at`](Self::admissible_at); sets `lost` if it met a reused
+    /// ring position.
+    #[allow(
+        clippy::arithmetic_side_effects,
+        reason = "slots and counts below 2⁴⁵, slots at least ring (module docs); u64 × u64 fits u128"
+    )]
+    fn admissible_walk(&self, rule: &Rule, view: &View, cost: u64, lost: &mut bool) -> u64 {
+        let room = rule.max.saturating_sub(cost);
+        let p = u128::from(rule.precision);
+        let last = view.slot + rule.slots + 1;
+        let mut whole = view.current + view.full;
+        let mut oldest = view.oldest;
+        let closing = view.closing(rule);
+        // The newest slot with units (`tail`: the current one, or the one a move would close,
+        // after which nothing is counted yet) is known without the ring. `left` is what the
+        // ring's slots before it, wholly inside the window, hold and have not yet left. Once
+        // that is 0 and too many units remain, nothing changes until the tail becomes the
+        // oldest slot, and the walk jumps there: a refusal for a burst (its units in one
+        // slot, the usual case under attack) reads a few words, however long the ring and
+        // however old the burst. A saturated slot in the window makes `full` no count: no jump.
+        let (tail, tail_units) = match closing {
+            Some((closed, units)) if closed + rule.slots > view.slot => (closed, units),
+            _ => (view.slot, view.current),
+        };
+        let mut left = match (view.saturated, tail == view.slot) {
+            (true, _) => u64::MAX,
+            (false, true) => view.full,
+            (false, false) => view.full.checked_sub(tail_units).unwrap_or(u64::MAX),
+        };
+        let mut position = rule.by_ring.rem(view.slot + 1 - rule.slots);
+        let mut slot = view.slot;
+        loop {
+            let from = if slot == view.slot { view.elapsed } else { 0 };
+            if whole <= room {
+                if let Some(at) = Self::fits_in(rule, p, room, whole, oldest, from) {
+                    return rule.time_of(slot, at);
+                }
+            } else if view.current > room && slot < view.slot + rule.slots {
+                // Nothing fits while the current slot is wholly inside the window (the usual
+                // refusal: a burst within one slot): go straight to where it becomes the oldest.
+                let closes_with = view.current.min(rule.entry_most);
+                (slot, whole, oldest) = (view.slot + rule.slots, 0, as_oldest(rule, closes_with));
+                continue;
+            } else if left == 0 && slot < tail + rule.slots {
+                // The ring's slots before the tail are empty from here: go straight to where
+                // the tail becomes the oldest.
+                (slot, whole, oldest) =
+                    (tail + rule.slots, whole.saturating_sub(tail_units), as_oldest(rule, tail_units));
+                continue;
+            }
+            if slot == last {
+                return rule.time_of(last, 0);
+            }
+            // The slot that was oldest leaves; the next one becomes the oldest. Its count comes
+            // from the ring, walked position by position (no division per slot), or from `cur`
+            // for the slot a move would close, after which the ring has nothing yet.
+            slot += 1;
+            let i = slot - rule.slots;
+            let leaving = match closing {
+                _ if i == view.slot => view.current,
+                _ if i > view.slot => 0,
+                Some((closed, units)) if i == closed => units,
+                Some((closed, _)) if i > closed => 0,
+                _ => {
+                    let (at, shift) = rule.place(position as usize);
+                    // Relaxed: ordered by the Acquire load of `cur` in `view`.
+                    let word = self.word(at).load(Ordering::Relaxed);
+                    held(rule, word, i, shift).unwrap_or_else(|| {
+                        *lost = true;
+                        0
+                    })
+                }
+            };
+            position = if position + 1 == rule.ring { 0 } else { position + 1 };
+            whole = whole.saturating_sub(leaving);
+            oldest = as_oldest(rule, leaving);
+            if i < tail {
+                left = left.saturating_sub(leaving);
+            }
+        }
+    }
+
+    /// Where in a slot `cost` fits, given the units wholly inside the window (`whole`, at
+    /// most `room`) and the oldest, partly covered slot's: from `from` ns into the slot, or
+    /// `None` if not before its end.
+    #[inline]
+    #[allow(
+        clippy::arithmetic_side_effects,
+        reason = "counts below 2⁴⁵ (module docs); u64 × u64 fits u128; whole ≤ room"
+    )]
+    fn fits_in(rule: &Rule, p: u128, room: u64, whole: u64, oldest: u64, from: u64) -> Option<u64> {
+        if rule.strict || oldest == 0 {
+            return (whole + oldest <= room || oldest == 0).then_some(from);
+        }
+        // Need whole·p + oldest·(p − e) ≤ room·p, i.e. e ≥ (whole + oldest − room)·p / oldest.
+        let excess = (whole + oldest).saturating_sub(room);
+        if excess >= oldest {
+            // The crossing point is at or past the slot's end: the next slot decides.
+            return None;
+        }
+        // 64-bit division when the product fits (a 128-bit one is a slow library call).
+        let need = match excess.checked_mul(rule.precision) {
+            Some(product) => product.div_ceil(oldest),
+            None => u64::try_from((u128::from(excess) * p).div_ceil(u128::from(oldest))).unwrap_or(u64::MAX),
+        };
+        let at = need.max(from);
+        (at < rule.precision).then_some(at)
+    }
+}

@@ -1,0 +1,208 @@
+//! Nodes and arrays in memory: a node's allocation (its header, then its counters), its
+//! freeing, the rebuild of a shard's array, and freeing everything when the table is dropped.
+
+use std::alloc::{self, Layout};
+use std::hash::Hash;
+use std::marker::PhantomData;
+use std::ptr::{self, NonNull};
+use std::sync::Arc;
+
+use crossbeam_epoch::{self as epoch, Guard, Owned};
+
+use crate::layout::Policy;
+use crate::sync::{AtomicPtr, AtomicU64, Ordering};
+
+use super::{tombstone, untagged, Counts, Header, Node, Shard, Slots, Table, NODE_ALIGN, SMALLEST};
+
+/// The allocation of a node with `words` counters: the header, then the counters.
+fn layout<K>(words: usize) -> Option<Layout> {
+    let header = Layout::new::<Header<K>>().align_to(NODE_ALIGN).ok()?;
+    let (layout, _) = header.extend(Layout::array::<AtomicU64>(words).ok()?).ok()?;
+    Some(layout.pad_to_align())
+}
+
+/// Where a node's counters start: the header's size rounded up to an `AtomicU64`'s alignment
+/// (what `Layout::extend` computes in [`layout`]: the header's layout is aligned to
+/// [`NODE_ALIGN`], which changes its alignment, not its size).
+#[inline(always)]
+pub(super) const fn words_at<K>() -> usize {
+    let align = std::mem::align_of::<AtomicU64>();
+    std::mem::size_of::<Header<K>>().next_multiple_of(align)
+}
+
+/// A new node for `key`: counters holding `words`, laid out for `policy`.
+pub(super) fn new_node<K>(key: K, policy: Arc<Policy>, words: &[u64]) -> *mut Header<K> {
+    // At most MAX_LIMITS limits of at most MAX_SLOTS slots: the layout always exists.
+    let Some(layout) = layout::<K>(words.len()) else { std::process::abort() };
+    // SAFETY: `layout` has a non-zero size (the header holds a u64). The header is written at
+    // the start and the counters right behind it, each exactly once, before the pointer is
+    // returned; `free_node` reads them back with the same layout.
+    #[allow(unsafe_code)]
+    unsafe {
+        let raw = alloc::alloc(layout);
+        if raw.is_null() {
+            alloc::handle_alloc_error(layout);
+        }
+        let header = raw.cast::<Header<K>>();
+        let policy = AtomicPtr::new(Arc::into_raw(policy).cast_mut());
+        header.write(Header { policy, key });
+        let first = raw.add(words_at::<K>()).cast::<AtomicU64>();
+        for (i, &word) in words.iter().enumerate() {
+            first.add(i).write(AtomicU64::new(word));
+        }
+        header
+    }
+}
+
+/// Frees a node no one can reach any more.
+///
+/// # Safety
+/// `node` came from [`new_node`], is in no table, and no guard that could have found it
+/// (or a reference to it) is alive.
+#[allow(unsafe_code)]
+pub(super) unsafe fn free_node<K>(node: *mut Header<K>) {
+    // SAFETY: per the contract, the node is initialised and ours alone; its policy lays out
+    // as many words as `new_node` wrote.
+    unsafe {
+        let policy = Arc::from_raw((*node).policy.load(Ordering::Relaxed).cast_const());
+        let words = policy.words_per_key();
+        drop(policy);
+        let first = node.cast::<u8>().add(words_at::<K>()).cast::<AtomicU64>();
+        for i in 0..words {
+            ptr::drop_in_place(first.add(i));
+        }
+        ptr::drop_in_place(node);
+        if let Some(layout) = layout::<K>(words) {
+            alloc::dealloc(node.cast::<u8>(), layout);
+        }
+    }
+}
+
+/// A pointer that may cross to the thread that runs the epoch's deferred functions.
+pub(super) struct SendPtr<T>(pub(super) *mut T);
+// SAFETY: it only carries a node or a policy to the function that frees it, which may run
+// on another thread: sound for what may be sent (a node holds its key and a policy).
+#[allow(unsafe_code)]
+unsafe impl<T: Send> Send for SendPtr<T> {}
+
+impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
+    /// The shard's array, grown or rebuilt first if one more node would fill it past 3/4.
+    pub(super) fn slots_for_insert<'g>(
+        &self,
+        shard: &Shard<K>,
+        counts: &mut Counts,
+        guard: &'g Guard,
+    ) -> &'g Slots<K> {
+        // Relaxed: under the mutex, which orders every writer of the array pointer.
+        let current = shard.slots.load(Ordering::Relaxed, guard);
+        // SAFETY: as in `get` (and only this mutex's holder replaces it).
+        #[allow(unsafe_code)]
+        let len = unsafe { current.as_ref() }.map_or(0, |s| s.slots.len());
+        if counts.used.saturating_add(1).saturating_mul(4) > len.saturating_mul(3) {
+            // Room for twice the live keys: a rebuild then happens after as many inserts again.
+            let wanted = counts.live.saturating_add(1).saturating_mul(2).max(SMALLEST).next_power_of_two();
+            self.rebuild(shard, counts, wanted, guard);
+        }
+        let current = shard.slots.load(Ordering::Relaxed, guard);
+        // SAFETY: as above; `rebuild` always leaves an array.
+        #[allow(unsafe_code)]
+        unsafe { current.as_ref() }.unwrap_or_else(|| std::process::abort())
+    }
+
+    /// Replaces the shard's array with one of `len` slots holding the same nodes (and no
+    /// tombstones). Under the shard's mutex.
+    pub(super) fn rebuild(&self, shard: &Shard<K>, counts: &mut Counts, len: usize, guard: &Guard) {
+        let fresh = Slots::with_len(len);
+        let old = shard.slots.load(Ordering::Relaxed, guard);
+        // SAFETY: as in `get`.
+        #[allow(unsafe_code)]
+        if let Some(old) = unsafe { old.as_ref() } {
+            // Nodes are scattered: hashing a key is a cache miss. Batches of nodes are hashed
+            // in a loop of independent loads, so that the CPU overlaps their misses, before
+            // any of them is placed.
+            const BATCH: usize = 16;
+            let mut nodes = old
+                .slots
+                .iter()
+                .map(|slot| slot.load(Ordering::Relaxed))
+                .filter(|&value| !value.is_null() && value != tombstone());
+            loop {
+                let mut batch = [(ptr::null_mut(), 0u64); BATCH];
+                let mut n = 0usize;
+                for (entry, value) in batch.iter_mut().zip(nodes.by_ref()) {
+                    // SAFETY: a node in the array under the mutex is alive.
+                    #[allow(unsafe_code)]
+                    let hash = self.hash(unsafe { &(*untagged(value).0).key });
+                    *entry = (value, hash);
+                    n = n.saturating_add(1);
+                }
+                for &(value, hash) in batch.iter().take(n) {
+                    if let Some(free) = fresh.probe(hash).find(|s| s.load(Ordering::Relaxed).is_null()) {
+                        free.store(value, Ordering::Relaxed);
+                    }
+                }
+                if n < BATCH {
+                    break;
+                }
+            }
+        }
+        counts.used = counts.live;
+        // Release pairs with the readers' Acquire load of the array: its slots, written above,
+        // are visible to whoever loads it (the nodes themselves were published before).
+        let old = shard.slots.swap(Owned::new(fresh), Ordering::Release, guard);
+        if !old.is_null() {
+            // SAFETY: unreachable from now on; readers pinned before may still probe it, and
+            // the epoch frees it only after they unpin. (Its nodes live on in the new array.)
+            #[allow(unsafe_code)]
+            unsafe {
+                guard.defer_destroy(old);
+            }
+        }
+    }
+
+    /// Every node, for a table no one else can use any more (its owner is dropping it).
+    pub(crate) fn for_each_exclusive(&mut self, mut f: impl FnMut(Node<'_, K>)) {
+        // SAFETY: `&mut self`: no other thread can reach the table.
+        #[allow(unsafe_code)]
+        let guard = unsafe { epoch::unprotected() };
+        for shard in self.shards.iter() {
+            let slots = shard.slots.load(Ordering::Relaxed, guard);
+            // SAFETY: exclusive access.
+            #[allow(unsafe_code)]
+            let Some(slots) = (unsafe { slots.as_ref() }) else {
+                continue;
+            };
+            for slot in slots.slots.iter() {
+                let found = slot.load(Ordering::Relaxed);
+                if let Some(ptr) = NonNull::new(untagged(found).0).filter(|_| found != tombstone()) {
+                    f(Node { ptr, _guard: PhantomData });
+                }
+            }
+        }
+    }
+}
+
+impl<K> Drop for Table<K> {
+    fn drop(&mut self) {
+        // SAFETY: `&mut self`: no reader is left, so nodes and arrays are freed at once.
+        #[allow(unsafe_code)]
+        let guard = unsafe { epoch::unprotected() };
+        for shard in self.shards.iter() {
+            let slots = shard.slots.swap(epoch::Shared::null(), Ordering::Relaxed, guard);
+            if slots.is_null() {
+                continue;
+            }
+            // SAFETY: exclusive access; the array and its nodes are ours to free.
+            #[allow(unsafe_code)]
+            unsafe {
+                let slots = slots.into_owned();
+                for slot in slots.slots.iter() {
+                    let value = slot.load(Ordering::Relaxed);
+                    if !value.is_null() && value != tombstone() {
+                        free_node(untagged(value).0);
+                    }
+                }
+            }
+        }
+    }
+}

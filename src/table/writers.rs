@@ -1,0 +1,342 @@
+//! The table's writers, under the shard's mutex: inserting a key, changing a node
+//! (replacing, repointing or removing it) with the shard's floor raised first, and sweeping a
+//! shard; nodes taken out are freed through the epoch.
+
+use std::borrow::Borrow;
+use std::hash::Hash;
+use std::marker::PhantomData;
+use std::ptr::NonNull;
+use std::sync::{Arc, TryLockError};
+
+use crossbeam_epoch::{self as epoch, Guard};
+
+use crate::layout::{fill_initial, initial_words, Policy};
+use crate::protocol::OwnedState;
+use crate::sync::{AtomicPtr, AtomicUsize, Ordering};
+
+use super::memory::{free_node, new_node, SendPtr};
+use super::{tag, tagged, tombstone, untagged, Counts, Header, Node, Refused, Shard, Table, SMALLEST};
+
+/// Room reserved in a table's count of keys, given back if dropped (by a panic in the
+/// caller's code between the reservation and the insert).
+struct Reservation<'a>(&'a AtomicUsize);
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        // Relaxed: a counter.
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
+    /// Inserts a node for `key` with a fresh state at `now`, or at the shard's floor if that
+    /// is later, under the policy `policy_of` chooses (called under the shard's mutex, with
+    /// the owned key), unless the key is held already; either way, the key's node. Refused
+    /// when the table holds `max_keys` keys.
+    pub(crate) fn insert<'g, Q>(
+        &'g self,
+        hash: u64,
+        key: &Q,
+        now: u64,
+        guard: &'g Guard,
+        policy_of: impl FnOnce(&K) -> Arc<Policy>,
+    ) -> Result<Node<'g, K>, Refused>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let shard = self.shard(hash);
+        // Acquire: pairs with the Release reservation below, of the insert that filled the
+        // table (see `TryLockError::WouldBlock`).
+        let mut counts = if self.live.load(Ordering::Acquire) >= self.max_keys {
+            // A full table refuses a new key without waiting for the shard's mutex: under a key
+            // spray that is nearly every request, and the legitimate keys' inserts into the
+            // same shard must not queue behind it. A free mutex is still taken, so a key that
+            // another thread inserted meanwhile is found rather than refused.
+            match shard.writer.try_lock() {
+                Ok(counts) => counts,
+                Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+                Err(TryLockError::WouldBlock) => {
+                    // The holder may be inserting this very key, its reservation being what
+                    // filled the table: then wait for it and find the key. If the full
+                    // count read above came from that reservation or a later change of the
+                    // count (all RMWs, so in its release sequence), the Acquire load above
+                    // synchronized with it, so the hint stored before it, or a later one,
+                    // is read here; a hint stored later, or the one clearing it, is a
+                    // Release store after the holder's slot store, and this Acquire load
+                    // makes that slot visible to `get`. If the full count came from before
+                    // that reservation, the table was full without this key: refusing it
+                    // is the answer at that moment. Any other key is refused at once.
+                    if shard.inserting.load(Ordering::Acquire) == hash {
+                        shard.lock()
+                    } else {
+                        return self.get(hash, key, guard).ok_or(Refused::Full);
+                    }
+                }
+            }
+        } else {
+            shard.lock()
+        };
+        // Relaxed: under the mutex, which orders every writer of the array pointer.
+        let current = shard.slots.load(Ordering::Relaxed, guard);
+        // SAFETY: as in `get`.
+        #[allow(unsafe_code)]
+        if let Some(current) = unsafe { current.as_ref() } {
+            if let Some((_, node)) = Self::find(current, hash, key, Ordering::Relaxed) {
+                return Ok(node);
+            }
+        }
+        // Release: pairs with the Acquire load of a check that finds the mutex busy (above).
+        shard.inserting.store(hash, Ordering::Release);
+        // Counted before it is inserted, and only if there is room: `len()` never exceeds
+        // `max_keys`, and no insert is refused for another's passing count. Release: pairs
+        // with the Acquire load of the count above, publishing the hint just stored.
+        let reserved = self.live.fetch_update(Ordering::Release, Ordering::Relaxed, |live| {
+            (live < self.max_keys).then(|| live.saturating_add(1))
+        });
+        if reserved.is_err() {
+            // Release: as the clearing store below (nothing was published).
+            shard.inserting.store(0, Ordering::Release);
+            return Err(Refused::Full);
+        }
+        // Relaxed: under the mutex, which orders every writer of the floor.
+        let now = now.max(shard.floor.load(Ordering::Relaxed));
+        // The caller's code runs next (`to_owned`, `Hash` and `Eq` in `policy_of`): if it
+        // panics, the room reserved is given back.
+        let reservation = Reservation(&self.live);
+        let owned = key.to_owned();
+        let policy = policy_of(&owned);
+        std::mem::forget(reservation);
+        // Grown (or rebuilt) only now, for a key that is really going in.
+        let slots = self.slots_for_insert(shard, &mut counts, guard);
+        // Small layouts (one limit of up to ~30 slots) start on the stack: no allocation
+        // beyond the node.
+        let mut small = [0u64; 32];
+        let node = match small.get_mut(..policy.words_per_key()) {
+            Some(words) => {
+                fill_initial(&policy, now, words);
+                new_node(owned, policy, words)
+            }
+            None => {
+                let words = initial_words(&policy, now);
+                new_node(owned, policy, &words)
+            }
+        };
+        let mut free = None;
+        for slot in slots.probe(hash) {
+            // Relaxed: under the mutex, which orders every writer.
+            let here = slot.load(Ordering::Relaxed);
+            if here.is_null() || here == tombstone() {
+                free = Some((slot, here.is_null()));
+                break;
+            }
+        }
+        // `slots_for_insert` leaves at least one empty slot.
+        let Some((slot, was_empty)) = free else { std::process::abort() };
+        // Release pairs with the readers' Acquire load in `find`: the node's header and
+        // counters, written above, are visible to whoever finds the node.
+        slot.store(tagged(node, tag(hash)), Ordering::Release);
+        // Release: a check that reads this (the mutex busy, the table full) then finds the
+        // node stored just above.
+        shard.inserting.store(0, Ordering::Release);
+        counts.live = counts.live.saturating_add(1);
+        if was_empty {
+            counts.used = counts.used.saturating_add(1);
+        }
+        // SAFETY: just stored; `new_node` never returns null.
+        let ptr = NonNull::new(node).unwrap_or_else(|| std::process::abort());
+        Ok(Node { ptr, _guard: PhantomData })
+    }
+
+    /// Under `key`'s shard mutex, offers its node to `change` with the time `now`, or the
+    /// shard's floor if that is later; `change` may retire its state and return the state
+    /// that replaces it ([`Change::Replace`]), point it at a newer policy with the same
+    /// layout ([`Change::Repoint`]), retire it to be removed ([`Change::Remove`]), or leave
+    /// it. A node replaced or removed raises the floor to that time. Returns whether the
+    /// key was held.
+    pub(crate) fn update<Q>(
+        &self,
+        hash: u64,
+        key: &Q,
+        guard: &Guard,
+        now: u64,
+        change: impl FnOnce(Node<'_, K>, u64) -> Change,
+    ) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        let shard = self.shard(hash);
+        let mut counts = shard.lock();
+        // Relaxed: under the mutex.
+        let slots = shard.slots.load(Ordering::Relaxed, guard);
+        // SAFETY: as in `get`.
+        #[allow(unsafe_code)]
+        let Some(slots) = (unsafe { slots.as_ref() }) else {
+            return false;
+        };
+        let Some((slot, node)) = Self::find(slots, hash, key, Ordering::Relaxed) else { return false };
+        // Relaxed: under the mutex, which orders every writer of the floor.
+        let now = now.max(shard.floor.load(Ordering::Relaxed));
+        let change = change(node, now);
+        Self::raise_floor(shard, &change, now);
+        let retired = self.apply(slot, node, change, &mut counts, guard);
+        drop(counts);
+        if let Some(node) = retired {
+            Self::retire_nodes(vec![node], guard);
+            // Hand the retired node to the epoch now rather than leave it in this thread's
+            // bag (a node can be kilobytes, and this thread may go idle).
+            guard.flush();
+        }
+        true
+    }
+
+    /// Before a node leaves the shard (`change` replaces or removes it): the floor rises to
+    /// `now`, the time of its retirement (under the mutex; see [`floor`](Self::floor)).
+    fn raise_floor(shard: &Shard<K>, change: &Change, now: u64) {
+        let at = match change {
+            Change::Replace(_, at) => now.max(*at),
+            Change::Remove => now,
+            Change::Keep | Change::Repoint(_) => return,
+        };
+        // Release pairs with the Acquire load in `floor` (see there); within the shard the
+        // mutex and the slot store that follows (Release for a replacement) publish it.
+        shard.floor.fetch_max(at, Ordering::Release);
+    }
+
+    fn apply(
+        &self,
+        slot: &AtomicPtr<Header<K>>,
+        node: Node<'_, K>,
+        change: Change,
+        counts: &mut Counts,
+        guard: &Guard,
+    ) -> Option<SendPtr<Header<K>>> {
+        match change {
+            Change::Keep => None,
+            Change::Repoint(newer) => {
+                let newer = Arc::into_raw(newer).cast_mut();
+                // Release pairs with the Acquire load in `Node::policy`: the new version is
+                // initialised for whoever loads it.
+                let old = node.header().policy.swap(newer, Ordering::Release);
+                let old = SendPtr(old);
+                // SAFETY: readers pinned before the swap may still use the old version; the
+                // epoch drops the node's count of it after they unpin.
+                #[allow(unsafe_code)]
+                unsafe {
+                    guard.defer_unchecked(move || {
+                        let old = old;
+                        drop(Arc::from_raw(old.0.cast_const()));
+                    });
+                }
+                None
+            }
+            Change::Replace(state, _) => {
+                let (policy, words) = state.into_parts();
+                let fresh = new_node(node.key().clone(), policy, &words);
+                // The same key: the same tag. Release: as in `insert`.
+                let (_, tag) = untagged(slot.load(Ordering::Relaxed));
+                slot.store(tagged(fresh, tag), Ordering::Release);
+                Some(SendPtr(node.ptr.as_ptr()))
+            }
+            Change::Remove => {
+                // Relaxed: readers that load the tombstone simply probe on.
+                slot.store(tombstone(), Ordering::Relaxed);
+                counts.live = counts.live.saturating_sub(1);
+                // Relaxed: a counter.
+                self.live.fetch_sub(1, Ordering::Relaxed);
+                Some(SendPtr(node.ptr.as_ptr()))
+            }
+        }
+    }
+
+    /// Frees nodes taken out of the table once no reader can hold them: one deferred
+    /// function for the lot (a sweep's thousands of nodes are one entry of the epoch's
+    /// queue, freed at its next collection rather than a bag of 64 at a time).
+    fn retire_nodes(dead: Vec<SendPtr<Header<K>>>, guard: &Guard) {
+        if dead.is_empty() {
+            return;
+        }
+        // SAFETY: the nodes are in no array any more; readers pinned before may still hold
+        // them, and the epoch runs this after they unpin.
+        #[allow(unsafe_code)]
+        unsafe {
+            guard.defer_unchecked(move || {
+                for node in dead {
+                    free_node(node.0);
+                }
+            });
+        }
+    }
+
+    /// Walks shard `index` under its mutex, offering each node to `change` (as in
+    /// [`update`](Self::update), at the sweeper's time `now`); then rebuilds the array
+    /// smaller if at most an eighth of it holds nodes, or at the same length if tombstones
+    /// fill a quarter of it. Returns the nodes removed. Checks never wait for this: only
+    /// inserts into the shard do.
+    pub(crate) fn sweep_shard(
+        &self,
+        index: usize,
+        now: u64,
+        mut change: impl FnMut(Node<'_, K>) -> Change,
+    ) -> usize {
+        let Some(shard) = self.shards.get(index) else { return 0 };
+        let guard = epoch::pin();
+        let mut counts = shard.lock();
+        let slots = shard.slots.load(Ordering::Relaxed, &guard);
+        // SAFETY: as in `get`.
+        #[allow(unsafe_code)]
+        let Some(slots) = (unsafe { slots.as_ref() }) else {
+            return 0;
+        };
+        let mut dead = Vec::new();
+        for slot in slots.slots.iter() {
+            let found = slot.load(Ordering::Relaxed);
+            let Some(ptr) = NonNull::new(untagged(found).0).filter(|_| found != tombstone()) else {
+                continue;
+            };
+            let node = Node { ptr, _guard: PhantomData };
+            let change = change(node);
+            Self::raise_floor(shard, &change, now);
+            dead.extend(self.apply(slot, node, change, &mut counts, &guard));
+        }
+        let removed = dead.len();
+        Self::retire_nodes(dead, &guard);
+        let len = slots.slots.len();
+        let tombstones = counts.used.saturating_sub(counts.live);
+        if counts.live == 0 {
+            // An empty shard gives its array back too (the table then holds nothing but its
+            // shards, as when new).
+            counts.used = 0;
+            let old = shard.slots.swap(epoch::Shared::null(), Ordering::Release, &guard);
+            // SAFETY: unreachable from now on (readers that load null find nothing); readers
+            // pinned before may still probe it, and the epoch frees it after they unpin.
+            #[allow(unsafe_code)]
+            unsafe {
+                guard.defer_destroy(old);
+            }
+        } else if len > SMALLEST && counts.live.saturating_mul(8) <= len {
+            let wanted = counts.live.saturating_mul(2).max(SMALLEST).next_power_of_two();
+            self.rebuild(shard, &mut counts, wanted, &guard);
+        } else if tombstones.saturating_mul(4) >= len && tombstones > 0 {
+            self.rebuild(shard, &mut counts, len, &guard);
+        }
+        drop(counts);
+        // Hand what this sweep freed to the epoch now, so memory comes back promptly.
+        guard.flush();
+        removed
+    }
+}
+
+/// What [`Table::update`] or [`Table::sweep_shard`] does to a node.
+pub(crate) enum Change {
+    /// Nothing.
+    Keep,
+    /// Point the node at a newer policy with the same layout (see [`Policy::same_layout`]).
+    Repoint(Arc<Policy>),
+    /// Replace the node with a new one holding this state (the old one is retired already),
+    /// made at this time (at least the time `update` offered; the shard's floor rises to it).
+    Replace(OwnedState, u64),
+    /// Remove the key (its state is retired already).
+    Remove,
+}
