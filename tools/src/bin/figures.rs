@@ -464,7 +464,8 @@ fn headline(speed: &Report, memory: &Report) -> Result<String, String> {
     for name in HEADLINE_MEMORY {
         let cells = row(&memory.body, name).ok_or(format!("memory has no row {name:?}"))?;
         // | policy | algorithm | slots | state | heap | governor heap | ratio | RSS | governor RSS | target |
-        let bytes = |cell: &String| cell.trim_end_matches(" B").parse::<f64>().map_err(|_| "unreadable bytes");
+        let bytes =
+            |cell: &String| cell.trim_end_matches(" B").parse::<f64>().map_err(|_| "unreadable bytes");
         let (ours, theirs) = (bytes(&cells[7])?, bytes(&cells[8])?);
         table.push_str(&format!(
             "\n| memory (RSS growth) per key at 1 M keys, {} | {} | {} | {:.2} |",
