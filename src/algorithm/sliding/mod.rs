@@ -37,7 +37,14 @@
 //! units, or a later lap of its position: a stale writer's slots are older than what the
 //! word holds, so it changes nothing. Every check that closes slot `k` while `cur` still
 //! holds it writes `k`'s count as of its load of `cur`, and the thread whose CAS moves `cur`
-//! on wrote the final one, so the larger count wins. The argument rests on comparing 32-bit
+//! on wrote the final one, so the larger count wins. A rollback (a check of several limits
+//! or keys taking its units back) is the one thing that lowers an open slot's count: a
+//! closer that read the count before it writes more than the slot finally held, and the
+//! entry keeps those rolled-back units (conservative) while the `sum` the move carried
+//! does not. So a ring entry is never subtracted from a `sum`: a move whose leaving slots
+//! hold units adds the ring up instead (`carried_sum`), and a refusal's wait starts from
+//! the ring's own count (`wait.rs`); `tests.rs` steps through the interleaving, which
+//! over-admitted before. The argument rests on comparing 32-bit
 //! slot tags, which holds while a writer is delayed by less than 2³¹ slots: 68 years at
 //! the default 1 s slots, 24 days at the finest precision (1 ms). The loom models in
 //! `loom-tests/tests/slot_rotation.rs` race a delayed closer against later ones, in a word
@@ -351,12 +358,12 @@ impl Words<'_> {
     }
 
     /// `full` for the slot `view` moves to, carried over from the `sum` of the slot `cur`
-    /// closes (`closed`, holding `units`): plus the closed slot, minus the slots that leave
-    /// the window with the move. At most O(slots moved) rather than O(window), so a key
+    /// closes (`closed`, holding `units`): plus the closed slot, when the slots that leave the
+    /// window with the move are empty. At most O(slots moved) rather than O(window), so a key
     /// checked about once per slot does not walk its whole ring at every check, and nothing
-    /// once the units of the slots before the closed one have all left (a key refused again
-    /// and again after a burst reads no ring word here, however old the burst). `None` when that
-    /// `sum` is not the closed slot's (a racing move): add the ring up instead.
+    /// when the sum holds no units (a key refused again and again after a burst reads no ring
+    /// word here, however old the burst). `None` when that `sum` is not the closed slot's (a
+    /// racing move) or a slot with units leaves: add the ring up instead.
     #[allow(
         clippy::arithmetic_side_effects,
         reason = "closed < view.slot, both at least ring > slots (module docs); a sum and a count fit 33 bits"
@@ -377,15 +384,23 @@ impl Words<'_> {
             return Ok(None);
         }
         // Every slot that leaves is older than the closed one, so its units are among the
-        // sum's: once those have all left, the rest of the leaving slots are empty.
-        let mut before = count_of(sum);
-        for leaving in closed + 1 - rule.slots..=view.slot - rule.slots {
-            if before == 0 {
-                break;
+        // sum's. The sum is carried over only while the slots that leave are empty: a ring
+        // entry is never subtracted from it. An entry can hold more than the sum counted for
+        // its slot: a check that read `cur` before a rollback (a check of several limits or
+        // keys taking its units back) and closes the slot late writes the count it read,
+        // and the larger count wins in the ring (`raise`), while the sum was carried with
+        // the count the move saw. Subtracting that entry would forget units still in the
+        // window (`tests::a_stale_closer_after_a_rollback`); the ring's walk instead counts
+        // the entry as it is, which is conservative. A sum of 0 says the leaving slots hold
+        // nothing, whatever the ring says, so they are not read at all.
+        let before = count_of(sum);
+        if before > 0 {
+            for leaving in closed + 1 - rule.slots..=view.slot - rule.slots {
+                match self.hist(rule, leaving) {
+                    Hist::Count(0) => {}
+                    _ => return Ok(None),
+                }
             }
-            let Hist::Count(left) = self.hist(rule, leaving) else { return Ok(None) };
-            let Some(rest) = before.checked_sub(left) else { return Ok(None) };
-            before = rest;
         }
         Ok(Some(before + units))
     }
@@ -539,3 +554,6 @@ impl Words<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

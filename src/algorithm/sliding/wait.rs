@@ -58,6 +58,26 @@ impl Words<'_> {
             (false, false) => view.full.checked_sub(tail_units).unwrap_or(u64::MAX),
         };
         let mut position = rule.by_ring.rem(view.slot + 1 - rule.slots);
+        if left > 0 && left != u64::MAX {
+            // The walk takes each slot that leaves from the ring, and a ring entry can hold
+            // more than the sum counted for its slot (a rolled-back unit, see `carried_sum`):
+            // subtracted from the sum, it would drain the window early. So the walk starts
+            // from the ring's own count of those slots, never less than the sum's.
+            let mut ring_units = 0u64;
+            let mut at_position = position;
+            for i in view.slot + 1 - rule.slots..tail {
+                let (at, shift) = rule.place(at_position as usize);
+                // Relaxed: ordered by the Acquire load of `cur` in `view`.
+                let word = self.word(at).load(Ordering::Relaxed);
+                ring_units += held(rule, word, i, shift).unwrap_or_else(|| {
+                    *lost = true;
+                    0
+                });
+                at_position = if at_position + 1 == rule.ring { 0 } else { at_position + 1 };
+            }
+            whole = whole - left + ring_units;
+            left = ring_units;
+        }
         let mut slot = view.slot;
         loop {
             let from = if slot == view.slot { view.elapsed } else { 0 };
