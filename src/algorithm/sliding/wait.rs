@@ -36,10 +36,9 @@ impl Words<'_> {
     )]
     fn admissible_walk(&self, rule: &Rule, view: &View, cost: u64, lost: &mut bool) -> u64 {
         let room = rule.max.saturating_sub(cost);
-        let p = u128::from(rule.precision);
         let last = view.slot + rule.slots + 1;
         let mut whole = view.current + view.full;
-        let mut oldest = view.oldest;
+        let oldest = view.oldest;
         let closing = view.closing(rule);
         // The newest slot with units (`tail`: the current one, or the one a move would close,
         // after which nothing is counted yet) is known without the ring. `left` is what the
@@ -57,27 +56,77 @@ impl Words<'_> {
             (false, true) => view.full,
             (false, false) => view.full.checked_sub(tail_units).unwrap_or(u64::MAX),
         };
-        let mut position = rule.by_ring.rem(view.slot + 1 - rule.slots);
-        if left > 0 && left != u64::MAX {
-            // The walk takes each slot that leaves from the ring, and a ring entry can hold
-            // more than the sum counted for its slot (a rolled-back unit, see `carried_sum`):
-            // subtracted from the sum, it would drain the window early. So the walk starts
-            // from the ring's own count of those slots, never less than the sum's.
-            let mut ring_units = 0u64;
-            let mut at_position = position;
-            for i in view.slot + 1 - rule.slots..tail {
-                let (at, shift) = rule.place(at_position as usize);
-                // Relaxed: ordered by the Acquire load of `cur` in `view`.
-                let word = self.word(at).load(Ordering::Relaxed);
-                ring_units += held(rule, word, i, shift).unwrap_or_else(|| {
-                    *lost = true;
-                    0
-                });
-                at_position = if at_position + 1 == rule.ring { 0 } else { at_position + 1 };
+        let position = rule.by_ring.rem(view.slot + 1 - rule.slots);
+        // The walk takes each slot that leaves from the ring, and a ring entry can hold more
+        // than the sum counted for its slot (a rolled-back unit, see `carried_sum`): taken
+        // from the sum, it would drain the window early. So when the older slots hold units,
+        // the walk starts from the ring's own count of them, and checks at the end that no
+        // entry grew meanwhile (entries only grow while they hold their slot: equal totals
+        // mean every entry it read was the one counted here). When the sum says they hold
+        // none, they truly hold none: the walk counts nothing from them.
+        let counted = (left > 0).then(|| self.older_units(rule, view.slot + 1 - rule.slots..tail, position));
+        match counted {
+            Some(None) => {
+                *lost = true;
+                return rule.time_of(last, 0);
             }
-            whole = whole - left + ring_units;
-            left = ring_units;
+            Some(Some(units)) => {
+                whole = view.current + if tail == view.slot { 0 } else { tail_units } + units;
+                if left != u64::MAX {
+                    left = units;
+                }
+            }
+            None => {}
         }
+        let at = self.slide(rule, view, room, (whole, oldest, left), (tail, tail_units), position, lost);
+        if let Some(Some(before)) = counted {
+            if self.older_units(rule, view.slot + 1 - rule.slots..tail, position) != Some(before) {
+                *lost = true;
+                return rule.time_of(last, 0);
+            }
+        }
+        at
+    }
+
+    /// The units the ring holds for `slots` (consecutive, the first at ring position
+    /// `position`), or `None` if a position holds another slot (a racing move reused it).
+    #[allow(
+        clippy::arithmetic_side_effects,
+        reason = "at most MAX_SLOTS 32-bit counts; positions below ring"
+    )]
+    fn older_units(&self, rule: &Rule, slots: std::ops::Range<u64>, mut position: u64) -> Option<u64> {
+        let mut units = 0u64;
+        for i in slots {
+            let (at, shift) = rule.place(position as usize);
+            // Relaxed: ordered by the Acquire load of `cur` in `view`.
+            units += held(rule, self.word(at).load(Ordering::Relaxed), i, shift)?;
+            position = if position + 1 == rule.ring { 0 } else { position + 1 };
+        }
+        Some(units)
+    }
+
+    /// The walk of [`admissible_walk`](Self::admissible_walk) from the view's slot: `whole`
+    /// (units wholly inside the window), `oldest` and `left` (units the ring's slots before
+    /// the tail still hold, or `u64::MAX` if unknown), and the tail; sets `lost` if it met
+    /// a reused ring position.
+    #[allow(
+        clippy::arithmetic_side_effects,
+        clippy::too_many_arguments,
+        reason = "slots and counts below 2⁴⁵, slots at least ring (module docs)"
+    )]
+    fn slide(
+        &self,
+        rule: &Rule,
+        view: &View,
+        room: u64,
+        (mut whole, mut oldest, mut left): (u64, u64, u64),
+        (tail, tail_units): (u64, u64),
+        mut position: u64,
+        lost: &mut bool,
+    ) -> u64 {
+        let p = u128::from(rule.precision);
+        let last = view.slot + rule.slots + 1;
+        let closing = view.closing(rule);
         let mut slot = view.slot;
         loop {
             let from = if slot == view.slot { view.elapsed } else { 0 };
@@ -122,10 +171,13 @@ impl Words<'_> {
                 }
             };
             position = if position + 1 == rule.ring { 0 } else { position + 1 };
+            // A ring slot counts for no more than the older slots still hold: nothing, when
+            // the sum says they hold nothing (an entry above that is a rolled-back unit).
+            let leaving = if i < tail { leaving.min(left) } else { leaving };
             whole = whole.saturating_sub(leaving);
             oldest = as_oldest(rule, leaving);
-            if i < tail {
-                left = left.saturating_sub(leaving);
+            if i < tail && left != u64::MAX {
+                left -= leaving;
             }
         }
     }
