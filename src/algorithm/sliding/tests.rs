@@ -10,6 +10,34 @@ use crate::protocol::OwnedState;
 
 const MS: u64 = 1_000_000;
 
+/// One check at `now` on its own: view, decide, commit (again if the CAS lost).
+fn admit(words: &Words, rule: &Rule, now: u64) -> bool {
+    loop {
+        let view = words.view(rule, now, false);
+        if !view.admits(rule, 1) {
+            return false;
+        }
+        if words.commit(rule, &view, 1) {
+            return true;
+        }
+    }
+}
+
+/// A strict 11/min on one key, stepped to where a check of several limits (B) has counted
+/// a 7th unit in slot 5 (5.5 s) and taken it back, after A, a check at 6.5 s, read `cur`
+/// with the 7 units (a move that would close slot 5, returned), and before C, at 7.5 s,
+/// closed slot 5 with its 6 units and counted one in slot 7.
+fn rolled_back(words: &Words, rule: &Rule) -> View {
+    for _ in 0..7 {
+        assert!(admit(words, rule, 5_500 * MS));
+    }
+    let stale = words.view(rule, 6_500 * MS, false);
+    let (slot5, _) = rule.slot_of(5_500 * MS);
+    words.rollback(rule, slot5, 1);
+    assert!(admit(words, rule, 7_500 * MS));
+    stale
+}
+
 /// A check that read `cur` before another check's rollback, and closes the slot after a
 /// third check already did, writes the count it read: the ring's entry for the slot then
 /// holds a rolled-back unit the carried `sum` never counted. When that slot leaves the
@@ -23,27 +51,8 @@ fn a_stale_closer_after_a_rollback() {
     let state = owned.state();
     let words: &Words = &state;
     let Some(rule) = policy.rules.first() else { panic!("one limit") };
-    // One check at `now` on its own: view, decide, commit (again if the CAS lost).
-    let admit = |now: u64| loop {
-        let view = words.view(rule, now, false);
-        if !view.admits(rule, 1) {
-            return false;
-        }
-        if words.commit(rule, &view, 1) {
-            return true;
-        }
-    };
-    // Slot 5 (5.5 s): six units; then a check of several limits (B) counts a seventh.
-    for _ in 0..7 {
-        assert!(admit(5_500 * MS));
-    }
-    // A, a check at 6.5 s, reads cur = (slot 5, 7 units): a move that would close slot 5.
-    let stale = words.view(rule, 6_500 * MS, false);
-    // B's later limit refused: B takes its unit back, slot 5 holds 6.
-    let (slot5, _) = rule.slot_of(5_500 * MS);
-    words.rollback(rule, slot5, 1);
-    // C, at 7.5 s, closes slot 5 with its 6 units and counts one in slot 7.
-    assert!(admit(7_500 * MS));
+    let admit = |now: u64| admit(words, rule, now);
+    let stale = rolled_back(words, rule);
     // A resumes: it writes 7 for slot 5 into the ring (the larger count wins), and its
     // CAS on `cur` fails, so it counts nothing.
     assert!(!words.commit(rule, &stale, 1));
@@ -66,4 +75,32 @@ fn a_stale_closer_after_a_rollback() {
         admitted += 1;
     }
     assert_eq!(admitted, 6, "5 units in the window, and {admitted} more admitted under a strict 11/min");
+}
+
+/// A's late write lands while a refusal computes its wait, between its count of the older
+/// slots and its walk over them: the walk must not take slot 5 as 7 from a count of 6.
+#[test]
+fn a_stale_closer_during_a_wait() {
+    let limit = Limit::per_minute(11).precision(Duration::from_secs(1)).strict();
+    // Leaked, so that the hook (which must be 'static) can hold them: one small state.
+    let policy = Box::leak(Box::new(Policy::new(&[limit]).unwrap_or_else(|e| panic!("{e}"))));
+    let owned: &'static OwnedState = Box::leak(Box::new(OwnedState::new(policy, 0)));
+    let words: &'static Words = Box::leak(Box::new(owned.state()));
+    let Some(rule) = policy.rules.first() else { panic!("one limit") };
+    let stale = rolled_back(words, rule);
+    for _ in 0..3 {
+        assert!(admit(words, rule, 7_600 * MS));
+    }
+    assert!(admit(words, rule, 8_500 * MS));
+    let view = words.view(rule, 8_600 * MS, false);
+    assert!(!view.admits(rule, 7));
+    super::wait::BETWEEN_COUNT_AND_WALK.with(|hook| {
+        *hook.borrow_mut() = Some(Box::new(move || {
+            assert!(!words.commit(rule, &stale, 1), "A's CAS fails; its write to the ring stays");
+        }));
+    });
+    // Slots 7 and 8 hold 5 units once slot 5 has left (66 s): a request of 7 fits only once
+    // slot 7 has left too (68 s). An answer the walk could not trust is later still.
+    let at = words.admissible_at(rule, &view, 7).unwrap_or_else(|at| at);
+    assert!(Duration::from_nanos(at) >= Duration::from_secs(68), "the wait of a request of 7: {at} ns");
 }

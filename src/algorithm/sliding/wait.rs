@@ -7,6 +7,14 @@ use crate::sync::Ordering;
 use super::ring::{as_oldest, held};
 use super::View;
 
+#[cfg(test)]
+thread_local! {
+    /// Run once between a wait's count of the older slots and its walk: lets `tests.rs`
+    /// land another thread's write exactly there.
+    pub(super) static BETWEEN_COUNT_AND_WALK: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
 impl Words<'_> {
     /// The earliest time (ns) at which `cost` more units fit this limit if nothing else is
     /// admitted: the window slides forward slot by slot; within a slot the interpolated
@@ -77,6 +85,10 @@ impl Words<'_> {
                 }
             }
             None => {}
+        }
+        #[cfg(test)]
+        if let Some(between) = BETWEEN_COUNT_AND_WALK.with(|hook| hook.borrow_mut().take()) {
+            between();
         }
         let at = self.slide(rule, view, room, (whole, oldest, left), (tail, tail_units), position, lost);
         if let Some(Some(before)) = counted {
