@@ -72,14 +72,17 @@ impl Words<'_> {
         // entry grew meanwhile (entries only grow while they hold their slot: equal totals
         // mean every entry it read was the one counted here). When the sum says they hold
         // none, they truly hold none: the walk counts nothing from them.
-        let counted = (left > 0).then(|| self.older_units(rule, view.slot + 1 - rule.slots..tail, position));
+        // The ring's slots before the tail; after a closed slot that left the window, none.
+        let ring_slots = view.slot + 1 - rule.slots..closing.map_or(tail, |(closed, _)| closed.min(tail));
+        let counted = (left > 0).then(|| self.older_units(rule, ring_slots.clone(), position));
         match counted {
             Some(None) => {
                 *lost = true;
                 return rule.time_of(last, 0);
             }
             Some(Some(units)) => {
-                whole = view.current + if tail == view.slot { 0 } else { tail_units } + units;
+                let closed_units = if tail == view.slot { 0 } else { tail_units };
+                whole = view.current + closed_units + units;
                 if left != u64::MAX {
                     left = units;
                 }
@@ -92,7 +95,7 @@ impl Words<'_> {
         }
         let at = self.slide(rule, view, room, (whole, oldest, left), (tail, tail_units), position, lost);
         if let Some(Some(before)) = counted {
-            if self.older_units(rule, view.slot + 1 - rule.slots..tail, position) != Some(before) {
+            if self.older_units(rule, ring_slots, position) != Some(before) {
                 *lost = true;
                 return rule.time_of(last, 0);
             }
