@@ -211,6 +211,17 @@ impl Rule {
         (self.ring_at + (position >> self.entries_log), (within as u32) << (5 - self.entries_log))
     }
 
+    /// The ring position after `position` (below `ring`), wrapping to 0.
+    #[inline]
+    #[allow(clippy::arithmetic_side_effects, reason = "position < ring ≤ MAX_SLOTS + 1")]
+    pub(crate) fn next_position(&self, position: u64) -> u64 {
+        if position + 1 == self.ring {
+            0
+        } else {
+            position + 1
+        }
+    }
+
     /// Ring words: `ring` entries, `2^entries_log` to a word.
     #[inline]
     #[allow(clippy::arithmetic_side_effects, reason = "ring is at most MAX_SLOTS + 1")]

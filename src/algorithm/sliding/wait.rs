@@ -45,8 +45,6 @@ impl Words<'_> {
     fn admissible_walk(&self, rule: &Rule, view: &View, cost: u64, lost: &mut bool) -> u64 {
         let room = rule.max.saturating_sub(cost);
         let last = view.slot + rule.slots + 1;
-        let mut whole = view.current + view.full;
-        let oldest = view.oldest;
         let closing = view.closing(rule);
         // The newest slot with units (`tail`: the current one, or the one a move would close,
         // after which nothing is counted yet) is known without the ring. `left` is what the
@@ -59,7 +57,7 @@ impl Words<'_> {
             Some((closed, units)) if closed + rule.slots > view.slot => (closed, units),
             _ => (view.slot, view.current),
         };
-        let mut left = match (view.saturated, tail == view.slot) {
+        let left = match (view.saturated, tail == view.slot) {
             (true, _) => u64::MAX,
             (false, true) => view.full,
             (false, false) => view.full.checked_sub(tail_units).unwrap_or(u64::MAX),
@@ -68,33 +66,32 @@ impl Words<'_> {
         // The walk takes each slot that leaves from the ring, and a ring entry can hold more
         // than the sum counted for its slot (a rolled-back unit, see `carried_sum`): taken
         // from the sum, it would drain the window early. So when the older slots hold units,
-        // the walk starts from the ring's own count of them, and checks at the end that no
-        // entry grew meanwhile (entries only grow while they hold their slot: equal totals
-        // mean every entry it read was the one counted here). When the sum says they hold
-        // none, they truly hold none: the walk counts nothing from them.
-        // The ring's slots before the tail; after a closed slot that left the window, none.
+        // the walk starts from the ring's own count of them (the ring's slots before the
+        // tail; none after a closed slot that left the window), and checks at the end that
+        // no entry grew meanwhile (entries only grow while they hold their slot: equal
+        // totals mean every entry it read was the one counted here). When the sum says they
+        // hold none, they truly hold none: the walk counts nothing from them.
         let ring_slots = view.slot + 1 - rule.slots..closing.map_or(tail, |(closed, _)| closed.min(tail));
-        let counted = (left > 0).then(|| self.older_units(rule, ring_slots.clone(), position));
-        match counted {
+        let counted = match (left > 0).then(|| self.older_units(rule, ring_slots.clone(), position)) {
             Some(None) => {
                 *lost = true;
                 return rule.time_of(last, 0);
             }
-            Some(Some(units)) => {
+            counted => counted.flatten(),
+        };
+        let (whole, left) = match counted {
+            Some(units) => {
                 let closed_units = if tail == view.slot { 0 } else { tail_units };
-                whole = view.current + closed_units + units;
-                if left != u64::MAX {
-                    left = units;
-                }
+                (view.current + closed_units + units, if left == u64::MAX { left } else { units })
             }
-            None => {}
-        }
+            None => (view.current + view.full, left),
+        };
         #[cfg(test)]
         if let Some(between) = BETWEEN_COUNT_AND_WALK.with(|hook| hook.borrow_mut().take()) {
             between();
         }
-        let at = self.slide(rule, view, room, (whole, oldest, left), (tail, tail_units), position, lost);
-        if let Some(Some(before)) = counted {
+        let at = self.slide(rule, view, room, (whole, view.oldest, left), (tail, tail_units), position, lost);
+        if let Some(before) = counted {
             if self.older_units(rule, ring_slots, position) != Some(before) {
                 *lost = true;
                 return rule.time_of(last, 0);
@@ -115,7 +112,7 @@ impl Words<'_> {
             let (at, shift) = rule.place(position as usize);
             // Relaxed: ordered by the Acquire load of `cur` in `view`.
             units += held(rule, self.word(at).load(Ordering::Relaxed), i, shift)?;
-            position = if position + 1 == rule.ring { 0 } else { position + 1 };
+            position = rule.next_position(position);
         }
         Some(units)
     }
@@ -185,7 +182,7 @@ impl Words<'_> {
                     })
                 }
             };
-            position = if position + 1 == rule.ring { 0 } else { position + 1 };
+            position = rule.next_position(position);
             // A ring slot counts for no more than the older slots still hold: nothing, when
             // the sum says they hold nothing (an entry above that is a rolled-back unit).
             let leaving = if i < tail { leaving.min(left) } else { leaving };
