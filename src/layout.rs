@@ -14,7 +14,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::algorithm::counter::{set, Counter, Rule};
+use crate::algorithm::counter::{set, Counter, RingWord, Rule};
 use crate::algorithm::{Algorithm, Fixed, Gcra, Log, Sliding};
 use crate::decision::Decision;
 use crate::divisor::Divisor;
@@ -162,6 +162,8 @@ impl Policy {
                 ring_at,
                 entries_log,
                 entry_most: u64::from(u32::MAX >> (32 - (32 >> entries_log))),
+                // Set below, once the policy's expiry is known.
+                ring_word: RingWord::Wide,
                 by_precision,
                 by_ring,
                 window,
@@ -174,6 +176,7 @@ impl Policy {
         // How long after the start of its slot an admitted unit can still count.
         let held = |r: &Rule| if algorithm == Algorithm::Gcra { r.burst } else { r.window };
         let expiry = rules.iter().map(|r| held(r).saturating_add(r.precision)).max().unwrap_or(0);
+        let saved = if algorithm == Algorithm::SlidingWindow { narrow_rings(&mut rules, expiry) } else { 0 };
         for r in &rules {
             if r.by_precision.div_rem(expiry).0 >= (1 << 30) - 1 {
                 return Err(ConfigError::SpanTooWide {
@@ -186,7 +189,7 @@ impl Policy {
         Ok(Policy {
             algorithm,
             rules: rules.into_boxed_slice(),
-            words: at,
+            words: at.saturating_sub(saved),
             expiry,
             smallest_max,
             tier: 0,
@@ -286,6 +289,7 @@ impl Policy {
                     && a.strict == b.strict
                     && a.at == b.at
                     && a.entries_log == b.entries_log
+                    && a.ring_word == b.ring_word
             })
     }
 
@@ -331,6 +335,36 @@ impl Policy {
     }
 }
 
+/// The shortest slots a narrow ring word serves (`RingWord::Narrow`): 1 s.
+const NARROW_PRECISION: u64 = 1_000_000_000;
+/// The most slots a key's expiry and two rings may span in a narrow ring word: 2¹⁴, half
+/// the 2¹⁵ its 16-bit tags tell apart; the other half is what a thread may be delayed by
+/// (`algorithm/sliding/`, "Stale writers").
+const NARROW_SPAN: u64 = 1 << 14;
+
+/// Packs the ring words of the sliding windows in `rules` narrow (a 16-bit tag over 48 bits
+/// of entries) where that holds more: 8- and 16-bit entries, in slots of at least 1 s, and
+/// a policy's `expiry` and two rings below [`NARROW_SPAN`] slots. The rest stay wide. Word
+/// offsets move up to match; returns the words saved.
+#[allow(
+    clippy::arithmetic_side_effects,
+    reason = "offsets below 30,000 (at most MAX_LIMITS limits of at most MAX_SLOTS slots); ring ≤ MAX_SLOTS + 1"
+)]
+fn narrow_rings(rules: &mut [Rule], expiry: u64) -> usize {
+    let mut shift = 0;
+    for rule in rules {
+        let wide = rule.ring_words();
+        let span = rule.by_precision.div_rem(expiry).0.saturating_add(2 * rule.ring);
+        if rule.entries_log >= 1 && rule.precision >= NARROW_PRECISION && span < NARROW_SPAN {
+            rule.ring_word = RingWord::Narrow;
+        }
+        rule.at -= shift;
+        rule.ring_at -= shift;
+        shift += wide - rule.ring_words();
+    }
+    shift
+}
+
 /// The `entries_log` of the narrowest ring entries (four 8-bit counts to a word).
 pub(crate) const NARROWEST: u32 = 2;
 
@@ -370,6 +404,76 @@ pub(crate) fn fill_initial(policy: &Policy, now: u64, init: &mut [u64]) {
             Algorithm::FixedWindow => Fixed::reset(init, rule, now),
             Algorithm::SlidingLog => Log::reset(init, rule, now),
             Algorithm::Gcra => Gcra::reset(init, rule, now),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rules(limits: &[&str]) -> Vec<Rule> {
+        let limits: Vec<Limit> =
+            limits.iter().map(|t| t.parse().unwrap_or_else(|e| panic!("{t}: {e}"))).collect();
+        let policy =
+            Policy::with_algorithm(&limits, Algorithm::SlidingWindow).unwrap_or_else(|e| panic!("{e}"));
+        policy.rules.to_vec()
+    }
+
+    #[test]
+    fn ring_words_are_narrow_in_slots_of_a_second_or_more_within_a_short_span() {
+        use RingWord::{Narrow, Wide};
+        let formats = |limits: &[&str]| rules(limits).iter().map(|r| r.ring_word).collect::<Vec<_>>();
+        // 8- and 16-bit entries in 1 s slots, 1 min slots (per_hour's default): narrow.
+        assert_eq!(formats(&["60/min"]), [Narrow]);
+        assert_eq!(formats(&["1000/min"]), [Narrow]);
+        assert_eq!(formats(&["240/h"]), [Narrow]);
+        // 32-bit entries gain nothing from a narrow tag.
+        assert_eq!(formats(&["100000/min"]), [Wide]);
+        // Slots under 1 s: the wide tag's 2³¹ slots (24 days at 1 ms).
+        assert_eq!(formats(&["10/s@500ms"]), [Wide]);
+        // A day's expiry is 86,400 one-second slots, past the narrow span: the 1 s limit's
+        // words stay wide, the 1 min limit's (1,441 slots) are narrow.
+        assert_eq!(formats(&["100/min", "1000/day", "10/s@100ms"]), [Wide, Narrow, Wide]);
+        // The longest ring, 3,601 positions: its expiry and two rings are 10,803 slots.
+        assert_eq!(formats(&["200/h@1s"]), [Narrow]);
+        assert_eq!(formats(&["200/h@1s", "500/5h@5s"]), [Wide, Narrow]);
+    }
+
+    #[test]
+    fn narrow_rings_move_the_later_limits_up() {
+        let limits: Vec<Limit> =
+            ["100/min", "1000/min", "10/s@100ms"].iter().map(|t| t.parse().unwrap()).collect();
+        let policy =
+            Policy::with_algorithm(&limits, Algorithm::SlidingWindow).unwrap_or_else(|e| panic!("{e}"));
+        let mut at = TOUCHED + 1;
+        for rule in policy.rules.iter() {
+            assert_eq!((rule.at, rule.ring_at), (at, at + 1 + usize::from(rule.slots > 1)));
+            at = rule.ring_at + rule.ring_words();
+        }
+        // touched, then 2 + 11, 2 + 21 and 2 + 3 words.
+        assert_eq!(policy.words_per_key(), at);
+        assert_eq!(at, 1 + 13 + 23 + 5);
+    }
+
+    #[test]
+    fn narrow_words_hold_more_entries() {
+        // 61 entries: six 8-bit ones to a narrow word (11 words, not 16); three 16-bit ones
+        // (21, not 31).
+        let small = rules(&["60/min"]).remove(0);
+        assert_eq!(small.ring_words(), 11);
+        let large = rules(&["1000/min"]).remove(0);
+        assert_eq!(large.ring_words(), 21);
+        // Every position has its own entry, and entries stay within a word's low 48 bits.
+        for rule in [small, large] {
+            let mut seen = std::collections::HashSet::new();
+            for position in 0..rule.ring as usize {
+                let (word, shift) = rule.place(position);
+                assert!(word >= rule.ring_at && word < rule.ring_at + rule.ring_words(), "{position}");
+                assert!(shift + (32 >> rule.entries_log) <= 48, "{position}: {shift}");
+                assert!(seen.insert((word, shift)), "{position} shares an entry");
+                assert_eq!(rule.left_in_word(position), (48 - shift as usize) / (32 >> rule.entries_log));
+            }
         }
     }
 }

@@ -332,11 +332,15 @@ fn sequences_across_the_slot_tag_wrap_match_the_model() {
             ops.push(Op::Sweep);
         }
     }
-    for algorithm in ALGORITHMS {
-        for point in wrap_points(&limits, algorithm) {
+    // Limits whose rings pack narrow words (16-bit tags: slots of 1 s or more, 8- and
+    // 16-bit entries), beside the wide ones above.
+    let narrow: Vec<Limit> =
+        ["4/3s@1s", "200/min", "300/10s@1s strict"].iter().map(|t| t.parse().unwrap()).collect();
+    for (limits, algorithm) in ALGORITHMS.iter().flat_map(|&a| [(&limits, a), (&narrow, a)]) {
+        for point in wrap_points(limits, algorithm) {
             for before in [0, 1, 3 * NS_PER_S] {
                 let start = point - before;
-                run(algorithm, &limits, false, 2, &ops, start)
+                run(algorithm, limits, false, 2, &ops, start)
                     .unwrap_or_else(|e| panic!("{algorithm:?} from {start} ns: {e}"));
             }
         }

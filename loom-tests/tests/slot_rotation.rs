@@ -258,42 +258,56 @@ fn stale_closer_races_a_reused_ring_position() {
 }
 
 /// A delayed writer in a shared ring word. Ring entries are as narrow as `max` allows and
-/// share 64-bit words (four 8-bit counts to a word up to `max` 254, two 16-bit ones up to
-/// 65,534) under one tag, the newest slot written into the word. A 3 s window of 1 s slots,
-/// strict, with a unit in slot 0: D (1.2 s) loads `cur` in slot 0 and goes to close it,
-/// while M checks at 1.5 s (closing slot 0; its unit in slot 1), 2.5 s (closing slot 1
-/// into the word slot 0 shares) and 4.5 s (slot 1 is now the oldest, read from the ring).
-/// D's write may land after all of M's: it must leave M's newer entry and the word's newer
-/// tag alone, or slot 1 would read as an older, empty slot and its unit be forgotten.
+/// share 64-bit words under one tag, the newest slot written into the word: in slots of
+/// 1 s or more a narrow word (a 16-bit tag over six 8-bit counts up to `max` 254, or three
+/// 16-bit ones up to 65,534), in shorter slots a wide one (a 32-bit tag over four 8-bit or
+/// two 16-bit counts). A window of 3 slots of `slot` ms, strict, with a unit in slot 0: D
+/// (1.2 slots) loads `cur` in slot 0 and goes to close it, while M checks at 1.5 slots
+/// (closing slot 0; its unit in slot 1), 2.5 (closing slot 1 into the word slot 0 shares)
+/// and 4.5 (slot 1 is now the oldest, read from the ring). D's write may land after all of
+/// M's: it must leave M's newer entry and the word's newer tag alone, or slot 1 would read
+/// as an older, empty slot and its unit be forgotten.
 ///
-/// D's unit lands in slot 1, or in a later slot of M's that it adopted. At 4.5 s the
+/// D's unit lands in slot 1, or in a later slot of M's that it adopted. At 4.5 slots the
 /// strict window covers slots 1 to 4: every unit but the first.
-fn delayed_writer_in_a_shared_word(max: u64) {
+fn delayed_writer_in_a_shared_word(max: u64, slot: u64) {
     loom::model(move || {
-        let limit = Limit::new(max, Duration::from_secs(3)).precision(Duration::from_secs(1)).strict();
+        let at = move |tenths: u64| tenths * slot * MS / 10;
+        let limit =
+            Limit::new(max, Duration::from_millis(3 * slot)).precision(Duration::from_millis(slot)).strict();
         let policy = policy(&[limit]);
         let state = Arc::new(OwnedState::new(&policy, 0));
-        assert!(take(&state, &policy, 500 * MS, 1).is_allowed());
+        assert!(take(&state, &policy, at(5), 1).is_allowed());
         let d = {
             let (state, policy) = (Arc::clone(&state), policy.clone());
-            thread::spawn(move || take(&state, &policy, 1200 * MS, 1))
+            thread::spawn(move || take(&state, &policy, at(12), 1))
         };
         let m = {
             let (state, policy) = (Arc::clone(&state), policy.clone());
-            thread::spawn(move || [1500, 2500, 4500].map(|ms| take(&state, &policy, ms * MS, 1)))
+            thread::spawn(move || [15, 25, 45].map(|tenths| take(&state, &policy, at(tenths), 1)))
         };
         let (d, m) = (d.join().unwrap(), m.join().unwrap());
         assert!(d.is_allowed() && m.iter().all(Decision::is_allowed));
-        assert_eq!(units(&state, &[limit], 0, 4500 * MS), 4, "D {d:?} M {m:?}");
+        assert_eq!(units(&state, &[limit], 0, at(45)), 4, "D {d:?} M {m:?}");
     });
 }
 
 #[test]
-fn delayed_writer_in_a_shared_word_of_8_bit_counts() {
-    delayed_writer_in_a_shared_word(10);
+fn delayed_writer_in_a_narrow_word_of_8_bit_counts() {
+    delayed_writer_in_a_shared_word(10, 1000);
 }
 
 #[test]
-fn delayed_writer_in_a_shared_word_of_16_bit_counts() {
-    delayed_writer_in_a_shared_word(1000);
+fn delayed_writer_in_a_narrow_word_of_16_bit_counts() {
+    delayed_writer_in_a_shared_word(1000, 1000);
+}
+
+#[test]
+fn delayed_writer_in_a_wide_word_of_8_bit_counts() {
+    delayed_writer_in_a_shared_word(10, 500);
+}
+
+#[test]
+fn delayed_writer_in_a_wide_word_of_16_bit_counts() {
+    delayed_writer_in_a_shared_word(1000, 500);
 }

@@ -13,7 +13,8 @@
 //! `algorithm/sliding/`) and costs at most `max` (≤ 2³²−1), or clamped to that on the way in
 //! (`Counter::MOST`), so sums of a window's counts and a cost stay below 2⁴⁵ too.
 //!
-//! Slot tags are 32 bits of the slot index. They are compared only within a key that is
+//! Slot tags are 32 bits of the slot index (16 in a sliding window's narrow ring words, see
+//! [`RingWord`] and `algorithm/sliding/`). They are compared only within a key that is
 //! not expired, where `touched` bounds the gap to below 2³¹ slots (checked at build time),
 //! so they never alias. An expired key is replaced under the key table's shard mutex, never
 //! in place by concurrent checks.
@@ -153,14 +154,15 @@ pub(crate) struct Rule {
     pub(crate) at: usize,
     /// Index of the first ring word.
     pub(crate) ring_at: usize,
-    /// log₂ of the ring entries packed in one word's low 32 bits: 2 (four 8-bit counts)
-    /// for a `max` up to 254, 1 (two 16-bit counts) up to 65,534, else 0 (one 32-bit count).
-    /// See [`ring_entries_log`] and `algorithm/sliding/`.
+    /// The width of a ring entry as a code: 2 (8-bit counts) for a `max` up to 254, 1
+    /// (16-bit) up to 65,534, else 0 (32-bit). See [`ring_entries_log`] and `algorithm/sliding/`.
     ///
     /// [`ring_entries_log`]: crate::layout::ring_entries_log
     pub(crate) entries_log: u32,
     /// The largest count a ring entry holds: `2^(32 >> entries_log) − 1`, more than `max`.
     pub(crate) entry_most: u64,
+    /// How a ring word packs: [`RingWord`] (`Wide` for every algorithm without a ring).
+    pub(crate) ring_word: RingWord,
     /// `precision` and `ring` as fast divisors.
     pub(crate) by_precision: Divisor,
     pub(crate) by_ring: Divisor,
@@ -207,8 +209,37 @@ impl Rule {
         reason = "ring_at plus a position below ring over the entries per word is one of the limit's words; the shift is below 32"
     )]
     pub(crate) fn place(&self, position: usize) -> (usize, u32) {
-        let within = position & ((1 << self.entries_log) - 1);
-        (self.ring_at + (position >> self.entries_log), (within as u32) << (5 - self.entries_log))
+        let (word, within) = self.ring_word.split(position, self.entries_log);
+        (self.ring_at + word, within << (5 - self.entries_log))
+    }
+
+    /// Entries from ring position `position` (below `ring`) to the end of its word.
+    #[inline]
+    #[allow(clippy::arithmetic_side_effects, reason = "within < entries per word")]
+    pub(crate) fn left_in_word(&self, position: usize) -> usize {
+        let (_, within) = self.ring_word.split(position, self.entries_log);
+        self.ring_word.per_word(self.entries_log) - within as usize
+    }
+
+    /// Signed distance in slots from `slot` to ring word `word`'s tag (valid while below
+    /// 2³¹ slots for a wide word, 2¹⁵ for a narrow one).
+    #[inline]
+    pub(crate) fn ring_distance(&self, word: u64, slot: u64) -> i64 {
+        match self.ring_word {
+            RingWord::Wide => tag_distance(tag_of(word), slot as u32),
+            // Truncation to 16 bits is the point: a narrow word's tag is the slot's low 16 bits.
+            RingWord::Narrow => i64::from(((word >> 48) as u16).wrapping_sub(slot as u16) as i16),
+        }
+    }
+
+    /// `word`'s entries under the tag of `slot`.
+    #[inline]
+    pub(crate) fn ring_retag(&self, word: u64, slot: u64) -> u64 {
+        match self.ring_word {
+            RingWord::Wide => pack(slot, 0) | (word & 0xFFFF_FFFF),
+            // Truncation to 16 bits is the point (see `ring_distance`).
+            RingWord::Narrow => (u64::from(slot as u16) << 48) | (word & 0xFFFF_FFFF_FFFF),
+        }
     }
 
     /// The ring position after `position` (below `ring`), wrapping to 0.
@@ -222,11 +253,10 @@ impl Rule {
         }
     }
 
-    /// Ring words: `ring` entries, `2^entries_log` to a word.
+    /// Ring words: `ring` entries, as many to a word as [`RingWord::per_word`] says.
     #[inline]
-    #[allow(clippy::arithmetic_side_effects, reason = "ring is at most MAX_SLOTS + 1")]
     pub(crate) fn ring_words(&self) -> usize {
-        (self.ring as usize).div_ceil(1 << self.entries_log)
+        (self.ring as usize).div_ceil(self.ring_word.per_word(self.entries_log))
     }
 
     /// The `sum` word: `(slot tag, units in the closed slots wholly inside that slot's
@@ -239,5 +269,50 @@ impl Rule {
     )]
     pub(crate) fn sum_word(&self) -> Option<usize> {
         (self.slots > 1).then_some(self.at + 1)
+    }
+}
+
+/// How a sliding window's ring word packs its tag (the newest slot written into it) with
+/// its entries (`algorithm/sliding/`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RingWord {
+    /// A 32-bit tag over 32 bits of entries: four 8-bit counts, two 16-bit or one 32-bit.
+    Wide,
+    /// A 16-bit tag over 48 bits of entries: six 8-bit counts or three 16-bit ones. Only
+    /// where tags 2¹⁵ slots apart never meet (`layout.rs` decides, the sliding module's docs
+    /// argue).
+    Narrow,
+}
+
+impl RingWord {
+    /// Entries to a word at the width `entries_log` codes (8, 16 or 32 bits).
+    #[inline]
+    pub(crate) fn per_word(self, entries_log: u32) -> usize {
+        match (self, entries_log) {
+            (RingWord::Wide, log) => 1 << log,
+            (RingWord::Narrow, 2) => 6,
+            (RingWord::Narrow, _) => 3,
+        }
+    }
+
+    /// `(word, entry within it)` of ring position `position`: a multiply and a shift, exact
+    /// for positions below 2²⁰ (a ring has at most MAX_SLOTS + 1 of them).
+    #[inline]
+    #[allow(
+        clippy::arithmetic_side_effects,
+        reason = "position < 2²⁰ times a multiplier ≤ 2³² fits u64; q × per_word ≤ position"
+    )]
+    fn split(self, position: usize, entries_log: u32) -> (usize, u32) {
+        match self {
+            RingWord::Wide => (position >> entries_log, (position & ((1 << entries_log) - 1)) as u32),
+            RingWord::Narrow => {
+                // ⌈2³² / per_word⌉: 6 and 3 leave an error of 2 per 2³², under 1 in the
+                // quotient for any dividend below 2³¹.
+                let (per_word, multiplier) =
+                    if entries_log == 2 { (6, 715_827_883) } else { (3, 1_431_655_766) };
+                let word = ((position as u64 * multiplier) >> 32) as usize;
+                (word, (position - word * per_word) as u32)
+            }
+        }
     }
 }

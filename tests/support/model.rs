@@ -109,7 +109,9 @@ pub const FINE_LIMITS: [&str; 2] = ["4/20ms@1ms", "6/250ms@10ms"];
 /// every point where a limit's slot index (`now / precision`, or `now / window` for the
 /// fixed window) reaches a multiple of 2³² — where the 32-bit slot tags wrap — for the
 /// first three multiples that are at most [`MAX_TIME`] (none for slots above 2³⁰ ns, about
-/// 1.07 s); also multiples of 2³² windows.
+/// 1.07 s); also multiples of 2³² windows, and where the slot index of a limit with slots
+/// of 1 s or more reaches the first three multiples of 2¹⁶: a narrow ring word's 16-bit
+/// tags wrap there.
 /// Sorted, without duplicates.
 pub fn wrap_points(limits: &[Limit], algorithm: Algorithm) -> Vec<u64> {
     let mut points = vec![NS_PER_MS << 32, NS_PER_S << 32];
@@ -124,6 +126,11 @@ pub fn wrap_points(limits: &[Limit], algorithm: Algorithm) -> Vec<u64> {
                     _ => {}
                 }
             }
+        }
+        // Where the 16-bit tags of a narrow ring word wrap (slots of 1 s or more): a slot's
+        // index is `now / precision + n + 1`.
+        if rule.p >= NS_PER_S {
+            points.extend((1..=3u64).map(|multiple| ((multiple << 16) - rule.n - 1) * rule.p));
         }
     }
     points.sort_unstable();

@@ -14,12 +14,14 @@
 //!   check in an open slot reads three words whatever the window's length (a window of one
 //!   slot has none).
 //! * the ring: `n + 1` closed slots' counts. Slot `i`'s count lives at position
-//!   `i % (n + 1)`. Entries are as narrow as the limit's `max` allows: four 8-bit counts to
-//!   a word up to `max` 254, two 16-bit ones up to 65,534, else one 32-bit count. A ring
-//!   word is `(tag: u32, entries in the low 32 bits)`, and its tag is the newest slot written
-//!   into it: an entry then holds the newest slot at or before the tag that maps to its
-//!   position (`read_entry`, `ring.rs`). So a 60/min limit at 1 s slots keeps its 61 closed slots in
-//!   16 words, not 61.
+//!   `i % (n + 1)`. Entries are as narrow as the limit's `max` allows: 8-bit counts up to
+//!   `max` 254, 16-bit ones up to 65,534, else 32-bit. A ring word packs a tag, the newest
+//!   slot written into it, with its entries: an entry then holds the newest slot at or
+//!   before the tag that maps to its position (`read_entry`, `ring.rs`). In slots of 1 s
+//!   or more the word is *narrow*, a 16-bit tag over six 8-bit or three 16-bit entries;
+//!   in shorter slots, and for 32-bit entries, it is *wide*, a 32-bit tag over four 8-bit,
+//!   two 16-bit or one 32-bit entry (`RingWord`, `counter.rs`). So a 60/min limit at 1 s
+//!   slots keeps its 61 closed slots in 11 words, not 61, and a 1000/min one in 21.
 //!
 //! # Moving on
 //! At a current slot `k` the window reads slots `k-n ..= k-1` from the ring, which leaves
@@ -44,11 +46,24 @@
 //! does not. So a ring entry is never subtracted from a `sum`: a move whose leaving slots
 //! hold units adds the ring up instead (`carried_sum`), and a refusal's wait starts from
 //! the ring's own count (`wait.rs`); `tests.rs` steps through the interleaving, which
-//! over-admitted before. The argument rests on comparing 32-bit
-//! slot tags, which holds while a writer is delayed by less than 2³¹ slots: 68 years at
-//! the default 1 s slots, 24 days at the finest precision (1 ms). The loom models in
-//! `loom-tests/tests/slot_rotation.rs` race a delayed closer against later ones, in a word
-//! of 8-bit and of 16-bit counts.
+//! over-admitted before.
+//!
+//! The argument rests on comparing a word's tag with a slot, which holds while the two are
+//! less than half the tag's range apart. The move of `cur` to slot `c` left every ring
+//! position holding a slot of `c − n − 1 .. c`, tags only move forward, and a key that is
+//! not expired was counted in within its expiry (`touched`, see `counter.rs`); so the tags
+//! and slots a thread compares are within the key's expiry and two rings of each other,
+//! plus however long that thread was delayed between its load of `cur` and its last read
+//! or write of the ring. A wide tag (32 bits) holds for delays under 2³¹ slots less that
+//! span, which `layout.rs` keeps below 2³⁰: 68 years at the default 1 s slots, 24 days at
+//! the finest precision (1 ms). A narrow tag (16 bits) holds for delays under 2¹⁵ slots
+//! less that span, which `layout.rs` keeps below 2¹⁴ (else the words stay wide): at least
+//! 2¹⁴ slots, 4.5 hours at 1 s slots, 11 days at 1 min slots; narrow words are never used
+//! in slots under 1 s. A thread stopped longer than that while others go on checking the
+//! same key could write a closed count into a later lap, or read one from it, and miscount
+//! that key. The loom models in `loom-tests/tests/slot_rotation.rs` race a delayed closer
+//! against later ones, in a narrow and a wide word of 8-bit and of 16-bit counts;
+//! `tests/model.rs` runs across the points where either tag wraps.
 //!
 //! # Saturation
 //! A check admits at most `max` units into a slot, so an entry (whose width is above
@@ -214,7 +229,8 @@ impl Counter for Sliding {
         // `slot_of` puts every slot at least `ring` in: nothing saturates.
         // Oldest first, so each word's tag ends at the newest slot in it; every count is 0.
         for i in slot.saturating_sub(rule.ring)..slot {
-            set(words, rule.position(i).0, pack(i, 0));
+            let at = rule.position(i).0;
+            set(words, at, rule.ring_retag(0, i));
         }
     }
     #[inline(always)]
@@ -454,7 +470,7 @@ impl Words<'_> {
             let mut first = closed.max(view.slot - rule.ring);
             while first < view.slot {
                 let position = rule.by_ring.rem(first) as usize;
-                let in_word = (1 << rule.entries_log) - (position & ((1 << rule.entries_log) - 1));
+                let in_word = rule.left_in_word(position);
                 let in_ring = rule.ring as usize - position;
                 let last = (first + in_word.min(in_ring) as u64 - 1).min(view.slot - 1);
                 self.raise(rule, position, first..=last, (closed, units));
@@ -486,13 +502,13 @@ impl Words<'_> {
     fn raise(&self, rule: &Rule, position: usize, slots: std::ops::RangeInclusive<u64>, closed: (u64, u64)) {
         let (at, _) = rule.place(position);
         let cell = self.word(at);
-        let newest = *slots.end() as u32;
+        let newest = *slots.end();
         // Relaxed: published by the Release CAS on `cur` that follows in `commit`.
         let mut old = cell.load(Ordering::Relaxed);
         loop {
             let mut word = old;
-            if tag_distance(newest, tag_of(old)) > 0 {
-                word = pack(u64::from(newest), 0) | (old & 0xFFFF_FFFF);
+            if rule.ring_distance(old, newest) < 0 {
+                word = rule.ring_retag(old, newest);
             }
             for (k, slot) in slots.clone().enumerate() {
                 let (_, shift) = rule.place(position + k);

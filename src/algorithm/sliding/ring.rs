@@ -2,7 +2,7 @@
 //! what a saturated entry says, and the re-encoding of a ring at another entry width (a
 //! policy change that keeps the windows, `protocol/moving.rs`).
 
-use crate::algorithm::counter::{count_of, pack, set, tag_distance, tag_of, Rule};
+use crate::algorithm::counter::{count_of, set, tag_distance, tag_of, Rule};
 use crate::limit::MAX_UNITS;
 
 use super::Sliding;
@@ -60,7 +60,7 @@ pub(super) fn with_entry(rule: &Rule, word: u64, shift: u32, count: u64) -> u64 
 /// `ring − 1` slots later), else `None`: see [`read_entry`].
 #[inline]
 pub(super) fn held(rule: &Rule, word: u64, slot: u64, shift: u32) -> Option<u64> {
-    let d = tag_distance(tag_of(word), slot as u32);
+    let d = rule.ring_distance(word, slot);
     (d >= 0 && d.unsigned_abs() < rule.ring).then(|| entry(rule, word, shift))
 }
 
@@ -73,7 +73,7 @@ pub(super) fn held(rule: &Rule, word: u64, slot: u64, shift: u32) -> Option<u64>
 pub(super) fn read_entry(rule: &Rule, word: u64, slot: u64, shift: u32) -> Hist {
     match held(rule, word, slot, shift) {
         Some(units) => Hist::Count(units),
-        None => match tag_distance(tag_of(word), slot as u32) {
+        None => match rule.ring_distance(word, slot) {
             d if d < 0 => Hist::Count(0),
             d => Hist::Newer(slot + d.unsigned_abs()),
         },
@@ -114,7 +114,7 @@ impl Sliding {
             };
             let (to, shift) = b.position(slot);
             let into = new.get(to).copied().unwrap_or(0);
-            set(new, to, with_entry(b, pack(slot, 0) | (into & 0xFFFF_FFFF), shift, units));
+            set(new, to, with_entry(b, b.ring_retag(into, slot), shift, units));
         }
     }
 }
