@@ -365,12 +365,13 @@ fn narrow_rings(rules: &mut [Rule], expiry: u64) -> usize {
     shift
 }
 
-/// The `entries_log` of the narrowest ring entries (four 8-bit counts to a word).
+/// The `entries_log` of the narrowest ring entries (8-bit counts).
 pub(crate) const NARROWEST: u32 = 2;
 
-/// log₂ of the ring entries per word for a limit of `max`: the narrowest count that holds
-/// more than `max` (a slot admits at most `max` units through checks; more only through
-/// `record` or a carry, and a narrow entry then saturates, see `algorithm/sliding/`).
+/// The ring entries' width for a limit of `max`, as a code (2: 8 bits, 1: 16, 0: 32; in a
+/// wide ring word, log₂ of the entries per word): the narrowest count that holds more than
+/// `max` (a slot admits at most `max` units through checks; more only through `record` or
+/// a carry, and a narrow entry then saturates, see `algorithm/sliding/`).
 pub(crate) fn ring_entries_log(max: u64) -> u32 {
     match max {
         0..=0xFE => 2,

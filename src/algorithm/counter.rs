@@ -15,8 +15,8 @@
 //!
 //! Slot tags are 32 bits of the slot index (16 in a sliding window's narrow ring words, see
 //! [`RingWord`] and `algorithm/sliding/`). They are compared only within a key that is
-//! not expired, where `touched` bounds the gap to below 2³¹ slots (checked at build time),
-//! so they never alias. An expired key is replaced under the key table's shard mutex, never
+//! not expired, where `touched` bounds the gap to below 2³¹ slots, or 2¹⁵ in narrow words
+//! (both checked at build time, `layout.rs`), so they never alias. An expired key is replaced under the key table's shard mutex, never
 //! in place by concurrent checks.
 
 use std::fmt;
@@ -206,7 +206,7 @@ impl Rule {
     #[inline]
     #[allow(
         clippy::arithmetic_side_effects,
-        reason = "ring_at plus a position below ring over the entries per word is one of the limit's words; the shift is below 32"
+        reason = "ring_at plus a position below ring over the entries per word is one of the limit's words; the shift is below 48"
     )]
     pub(crate) fn place(&self, position: usize) -> (usize, u32) {
         let (word, within) = self.ring_word.split(position, self.entries_log);
@@ -285,9 +285,11 @@ pub(crate) enum RingWord {
 }
 
 impl RingWord {
-    /// Entries to a word at the width `entries_log` codes (8, 16 or 32 bits).
+    /// Entries to a word at the width `entries_log` codes (8, 16 or 32 bits; a narrow word
+    /// never holds 32-bit entries, `layout.rs`).
     #[inline]
     pub(crate) fn per_word(self, entries_log: u32) -> usize {
+        debug_assert!(self == RingWord::Wide || entries_log >= 1, "no narrow word of 32-bit entries");
         match (self, entries_log) {
             (RingWord::Wide, log) => 1 << log,
             (RingWord::Narrow, 2) => 6,

@@ -80,8 +80,8 @@ pub const NS_PER_S: u64 = 1_000_000_000;
 /// it.
 pub const MOST: u64 = u32::MAX as u64;
 
-/// log₂ of the ring entries per word for a limit of `max` (as `layout.rs`): 2 (8-bit
-/// entries) up to 254, 1 (16-bit) up to 65,534, else 0 (32-bit).
+/// The ring entries' width for a limit of `max`, as `layout.rs` codes it: 2 (8-bit entries)
+/// up to 254, 1 (16-bit) up to 65,534, else 0 (32-bit).
 pub fn entries_log(max: u64) -> u32 {
     match max {
         0..=0xFE => 2,

@@ -18,9 +18,10 @@
 //!   `max` 254, 16-bit ones up to 65,534, else 32-bit. A ring word packs a tag, the newest
 //!   slot written into it, with its entries: an entry then holds the newest slot at or
 //!   before the tag that maps to its position (`read_entry`, `ring.rs`). In slots of 1 s
-//!   or more the word is *narrow*, a 16-bit tag over six 8-bit or three 16-bit entries;
-//!   in shorter slots, and for 32-bit entries, it is *wide*, a 32-bit tag over four 8-bit,
-//!   two 16-bit or one 32-bit entry (`RingWord`, `counter.rs`). So a 60/min limit at 1 s
+//!   or more, where the policy's expiry and two rings span under 2¹⁴ slots, the word is
+//!   *narrow*, a 16-bit tag over six 8-bit or three 16-bit entries; otherwise, and for
+//!   32-bit entries, it is *wide*, a 32-bit tag over four 8-bit, two 16-bit or one 32-bit
+//!   entry (`RingWord`, `counter.rs`; `layout.rs` decides). So a 60/min limit at 1 s
 //!   slots keeps its 61 closed slots in 11 words, not 61, and a 1000/min one in 21.
 //!
 //! # Moving on
@@ -55,13 +56,24 @@
 //! and slots a thread compares are within the key's expiry and two rings of each other,
 //! plus however long that thread was delayed between its load of `cur` and its last read
 //! or write of the ring. A wide tag (32 bits) holds for delays under 2³¹ slots less that
-//! span, which `layout.rs` keeps below 2³⁰: 68 years at the default 1 s slots, 24 days at
-//! the finest precision (1 ms). A narrow tag (16 bits) holds for delays under 2¹⁵ slots
-//! less that span, which `layout.rs` keeps below 2¹⁴ (else the words stay wide): at least
-//! 2¹⁴ slots, 4.5 hours at 1 s slots, 11 days at 1 min slots; narrow words are never used
-//! in slots under 1 s. A thread stopped longer than that while others go on checking the
-//! same key could write a closed count into a later lap, or read one from it, and miscount
-//! that key. The loom models in `loom-tests/tests/slot_rotation.rs` race a delayed closer
+//! span, which `layout.rs` keeps within 2³⁰ slots and two rings: about 2³⁰ slots, 34
+//! years at the default 1 s slots, 12 days at the finest precision (1 ms). A narrow tag
+//! (16 bits) holds for delays under 2¹⁵ slots less that span, which `layout.rs` keeps
+//! below 2¹⁴ (else the words stay wide): at least 2¹⁴ slots, 4.5 hours at 1 s slots, 11
+//! days at 1 min slots; narrow words are never used in slots under 1 s. A thread stopped
+//! longer than that while others go on checking the same key could write a closed count
+//! into a later lap, or read one from it, and miscount that key.
+//!
+//! "Counted in within its expiry" assumes that a check which raised `touched` (its
+//! `cover`) also moved `cur`, or that another check did. Within one key that holds: a
+//! check of several limits whose commit into a limit fails lost to a check that committed
+//! into it, and that check goes on to the later limits (or loses to one that does).
+//! [`KeyState::check_many`](crate::protocol::KeyState::check_many) covers every key before
+//! its first commit, so a key B checked only together with a key A whose every commit
+//! loses a race (and whose re-read then refuses) keeps a fresh `touched` while its `cur`
+//! stays where it was. Were that to last for the bound above (4.5 hours of lost races at
+//! 1 s slots in narrow words, without one admission of B), B's tags would be compared
+//! across a wrap. The loom models in `loom-tests/tests/slot_rotation.rs` race a delayed closer
 //! against later ones, in a narrow and a wide word of 8-bit and of 16-bit counts;
 //! `tests/model.rs` runs across the points where either tag wraps.
 //!
