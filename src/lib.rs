@@ -80,6 +80,7 @@ mod clock;
 mod decision;
 mod divisor;
 mod error;
+mod grace;
 mod housekeeper;
 mod layout;
 mod limit;
@@ -153,6 +154,7 @@ pub use protocol::MAX_IDENTITIES;
 #[doc(hidden)]
 pub mod model {
     pub use crate::algorithm::Algorithm;
+    pub use crate::grace::{pin, Guard};
     pub use crate::layout::{Carry, Policy};
     pub use crate::protocol::{KeyState, Outcome, OwnedState};
 }

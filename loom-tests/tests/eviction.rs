@@ -1,13 +1,15 @@
 //! Loom models of eviction, replacement and moves on the real eviction path: the shipped
 //! `Limiter` on a `ManualClock` (`Limiter::check_n`, `check_all`, `sweep`, `update_policy`
 //! in src/limiter/), its key table (table/: shard mutexes, slots, the shard floor) on
-//! loom's atomics through the crate's shim, `crossbeam-epoch` on loom (`--cfg
-//! crossbeam_loom`), and the retire protocol of protocol/ (`cover`, `retire`, `migrate`).
+//! loom's atomics through the crate's shim, the grace periods of `src/grace.rs` on them,
+//! and the retire protocol of protocol/ (`cover`, `retire`, `migrate`).
 //! (Resets racing checks are in `table.rs` and `algorithms.rs`.)
 //!
 //! A thread reads the clock when it first runs (the clock is no loom object, but loom runs
-//! one thread at a time): a model spawns a check, yields so that it reads the clock, then
-//! moves the clock on the main thread and lets loom explore the rest. Each operation's
+//! one thread at a time): a model spawns a check, yields so that it reads the clock (up to
+//! its pin, whose loom-only RMW on a word every pin shares, `grace.rs`, is a point where
+//! loom may switch threads), then moves the clock on the main thread and lets loom explore
+//! the rest. Each operation's
 //! clock bracket (the clock just before it started and just after it returned) is
 //! recorded, and [`Linearizable`] asserts that the answers, and what peeks see afterwards,
 //! are those of some sequential run: an order that keeps real-time precedence, each

@@ -1,9 +1,8 @@
 //! Loom models of the key table (`table.rs`) and the limiter's lookup path over it
 //! (`Limiter::check_n`, `renew`, `insert`, `sweep`, `reset`, `update_policy` in src/limiter/):
 //! the real `Limiter` on a `ManualClock`, its shards' mutexes and slots on loom's atomics
-//! through the crate's shim, and `crossbeam-epoch` on loom's atomics (`--cfg
-//! crossbeam_loom`). Each model races a check against a change of the table (an eviction, a
-//! reset, a policy change that repoints the node, an insert that rebuilds the shard's array,
+//! through the crate's shim, and the grace periods of `src/grace.rs` on them too. Each
+//! model races a check against a change of the table (an eviction, a reset, a policy change that repoints the node, an insert that rebuilds the shard's array,
 //! another insert of the same key) and asserts that every admission is counted exactly once
 //! and that the key is held as often as it should be. Use after free would show as a loom
 //! access to a dropped atomic.

@@ -1,8 +1,8 @@
 //! The sliding log: per limit, one word pointing to an immutable, sorted snapshot of the
 //! timestamps (ns) of the admitted units still inside the window. An admission builds the
 //! next snapshot (the entries still in the window, plus `cost` copies of its time) and
-//! publishes it with one CAS on the word; the replaced snapshot is freed through
-//! `crossbeam-epoch` once no check can still be reading it. A refusal writes nothing.
+//! publishes it with one CAS on the word; the replaced snapshot is freed after a grace
+//! period (`grace.rs`) once no check can still be reading it. A refusal writes nothing.
 //!
 //! The word holds `EMPTY` (no entries, no allocation), `DETACHED` (the state was retired:
 //! checks start over on the map, and nothing may be published into it again), or the
@@ -94,25 +94,26 @@ unsafe fn free(bits: u64) {
 
 #[cfg(not(slidegate_loom))]
 mod reclaim {
-    /// Held by a check while it reads snapshots.
-    pub(super) type Pin = crossbeam_epoch::Guard;
+    /// Held by a check while it reads snapshots (inside the table's pin: a nested pin
+    /// costs a counter).
+    pub(super) type Pin = crate::grace::Guard;
 
     pub(super) fn pin() -> Pin {
-        crossbeam_epoch::pin()
+        crate::grace::pin()
     }
 
     /// Frees the unlinked snapshot `bits` once no pinned check can still read it.
     pub(super) fn defer_free(bits: u64) {
-        let guard = crossbeam_epoch::pin();
+        let guard = crate::grace::pin();
         // SAFETY: the caller has just unlinked `bits` from its word (its CAS or swap
-        // succeeded), so only checks pinned before now can hold it, and the epoch runs the
-        // closure only after all of them have unpinned.
-        unsafe { guard.defer_unchecked(move || super::free(bits)) }
+        // succeeded), so only checks pinned before now can hold it, and the grace period
+        // runs the closure only after all of them have unpinned.
+        unsafe { guard.defer(move || super::free(bits)) }
     }
 }
 
 /// Under loom the models check the CAS protocol; unlinked snapshots are leaked rather than
-/// handed to crossbeam-epoch, which loom does not drive.
+/// handed to `grace`, whose own model is `loom-tests/tests/grace.rs`.
 #[cfg(slidegate_loom)]
 mod reclaim {
     pub(super) type Pin = ();

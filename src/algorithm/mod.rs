@@ -80,7 +80,7 @@ pub enum Algorithm {
     /// An exact log of admitted units: a unit counts while it is less than `window` old.
     /// Only admitted units are stored (at most `max` per limit and key, at most
     /// [`MAX_LOG_UNITS`]); each admission writes a new copy of the key's log (an allocation),
-    /// freed through `crossbeam-epoch` once no check can read the old one.
+    /// freed after a grace period once no check can read the old one.
     SlidingLog,
     /// The generic cell rate algorithm: one theoretical arrival time per limit, advanced by
     /// `window / max` per admitted unit, with a tolerance of `max` units: a token bucket of

@@ -9,7 +9,7 @@ use std::hash::Hash;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crossbeam_epoch as epoch;
+use crate::grace;
 
 use super::Limiter;
 use crate::algorithm::Algorithm;
@@ -149,7 +149,7 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let tiers = &self.shared.tiers;
-        let guard = epoch::pin();
+        let guard = grace::pin();
         match self.shared.table.get(self.shared.table.hash(key), key, &guard) {
             Some(node) => tiers.name(node.policy().tier()),
             None => tiers.name(self.tier_of(key)),
@@ -232,7 +232,7 @@ where
         let shared = &*self.shared;
         let now = shared.now.nanos();
         let policy = shared.tiers.current(tier);
-        let guard = epoch::pin();
+        let guard = grace::pin();
         shared.table.update(shared.table.hash(key), key, &guard, now, |node, now| {
             let state = node.state();
             if std::ptr::eq(state.policy(), &*policy) {

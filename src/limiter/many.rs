@@ -7,7 +7,7 @@
 use std::borrow::Borrow;
 use std::hash::Hash;
 
-use crossbeam_epoch::{self as epoch, Guard};
+use crate::grace::{self, Guard};
 
 use super::Limiter;
 use crate::decision::Decision;
@@ -68,7 +68,7 @@ where
             let (key, decision) = peeks.min_by_key(|(_, d)| d.remaining()).unwrap_or_else(|| (0, fresh()));
             return Ok(Identities { decision, key });
         }
-        let guard = epoch::pin();
+        let guard = grace::pin();
         'lookup: loop {
             let mut states: [Option<KeyState<'_>>; MAX_IDENTITIES] = Default::default();
             for (i, (slot, key)) in states.iter_mut().zip(keys).enumerate() {

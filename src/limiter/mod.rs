@@ -2,7 +2,7 @@
 //! holds each key's counters; the builder wires up the clock and the sweeper.
 //!
 //! # The path of a check
-//! [`Limiter::check_n`] → `decide`: pin the epoch, hash the key once, find its node, and
+//! [`Limiter::check_n`] → `decide`: pin (`grace.rs`), hash the key once, find its node, and
 //! run the per-key protocol (`protocol/`) on its counters under the node's policy, at the
 //! clock's time or the shard's floor if that is later (`table/mod.rs`: a check delayed across
 //! an eviction decides no earlier than the eviction). Only when that cannot answer does it
@@ -37,7 +37,7 @@ use std::hash::Hash;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use crossbeam_epoch::{self as epoch, Guard};
+use crate::grace::{self, Guard};
 use dashmap::DashMap;
 
 use crate::algorithm::Algorithm;
@@ -210,7 +210,7 @@ where
     {
         let shared = &*self.shared;
         let mut now = shared.now.nanos();
-        let guard = epoch::pin();
+        let guard = grace::pin();
         let hash = shared.table.hash(key);
         loop {
             let Some(node) = shared.table.get(hash, key, &guard) else {
@@ -396,7 +396,7 @@ where
     {
         let shared = &*self.shared;
         let mut now = shared.now.nanos();
-        let guard = epoch::pin();
+        let guard = grace::pin();
         let hash = shared.table.hash(key);
         while let Some(node) = shared.table.get(hash, key, &guard) {
             // As in `decide`.
@@ -446,7 +446,7 @@ where
         Q: Hash + Eq + ?Sized,
     {
         let shared = &*self.shared;
-        let guard = epoch::pin();
+        let guard = grace::pin();
         // No time: a reset forgets every unit, whenever it was counted.
         let held = shared.table.update(shared.table.hash(key), key, &guard, 0, |node, _| {
             // Checks still on the state start over on the table.

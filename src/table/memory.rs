@@ -7,8 +7,7 @@ use std::marker::PhantomData;
 use std::ptr::{self, NonNull};
 use std::sync::Arc;
 
-use crossbeam_epoch::{self as epoch, Guard, Owned};
-
+use crate::grace::Guard;
 use crate::layout::Policy;
 use crate::sync::{AtomicPtr, AtomicU64, Ordering};
 
@@ -78,45 +77,62 @@ pub(super) unsafe fn free_node<K>(node: *mut Header<K>) {
     }
 }
 
-/// A pointer that may cross to the thread that runs the epoch's deferred functions.
+/// A pointer that may cross to the thread that runs the deferred functions of a grace period.
 pub(super) struct SendPtr<T>(pub(super) *mut T);
-// SAFETY: it only carries a node or a policy to the function that frees it, which may run
-// on another thread: sound for what may be sent (a node holds its key and a policy).
+// SAFETY: it only carries a node, an array or a policy to the function that frees it, which
+// may run on another thread: sound for what may be sent (a node holds its key and a policy).
 #[allow(unsafe_code)]
 unsafe impl<T: Send> Send for SendPtr<T> {}
+
+impl<K: Send + Sync + 'static> Shard<K> {
+    /// Makes `fresh` (or no array) the shard's array, and frees the one it replaces after a
+    /// grace period. Under the mutex.
+    pub(super) fn publish(&self, fresh: Option<Slots<K>>, guard: &Guard) {
+        let fresh = fresh.map_or(ptr::null_mut(), |slots| Box::into_raw(Box::new(slots)));
+        // Release pairs with the readers' Acquire load of the array (`Shard::array`): its
+        // slots, written before, are visible to whoever loads it (the nodes were published
+        // before that). A reader that loads null finds nothing.
+        let old = SendPtr(self.slots.swap(fresh, Ordering::Release));
+        if old.0.is_null() {
+            return;
+        }
+        // SAFETY: unreachable from now on; readers pinned before may still probe it, and the
+        // grace period frees it (not its nodes, which the new array holds, or which were
+        // retired on their own) only after they unpin.
+        #[allow(unsafe_code)]
+        unsafe {
+            guard.defer(move || {
+                let old = old;
+                drop(Box::from_raw(old.0));
+            });
+        }
+    }
+}
 
 impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
     /// The shard's array, grown or rebuilt first if one more node would fill it past 3/4.
     pub(super) fn slots_for_insert<'g>(
         &self,
-        shard: &Shard<K>,
+        shard: &'g Shard<K>,
         counts: &mut Counts,
         guard: &'g Guard,
     ) -> &'g Slots<K> {
         // Relaxed: under the mutex, which orders every writer of the array pointer.
-        let current = shard.slots.load(Ordering::Relaxed, guard);
-        // SAFETY: as in `get` (and only this mutex's holder replaces it).
-        #[allow(unsafe_code)]
-        let len = unsafe { current.as_ref() }.map_or(0, |s| s.slots.len());
+        let len = shard.array(Ordering::Relaxed, guard).map_or(0, |s| s.slots.len());
         if counts.used.saturating_add(1).saturating_mul(4) > len.saturating_mul(3) {
             // Room for twice the live keys: a rebuild then happens after as many inserts again.
             let wanted = counts.live.saturating_add(1).saturating_mul(2).max(SMALLEST).next_power_of_two();
             self.rebuild(shard, counts, wanted, guard);
         }
-        let current = shard.slots.load(Ordering::Relaxed, guard);
-        // SAFETY: as above; `rebuild` always leaves an array.
-        #[allow(unsafe_code)]
-        unsafe { current.as_ref() }.unwrap_or_else(|| std::process::abort())
+        // `rebuild` always leaves an array.
+        shard.array(Ordering::Relaxed, guard).unwrap_or_else(|| std::process::abort())
     }
 
     /// Replaces the shard's array with one of `len` slots holding the same nodes (and no
     /// tombstones). Under the shard's mutex.
     pub(super) fn rebuild(&self, shard: &Shard<K>, counts: &mut Counts, len: usize, guard: &Guard) {
         let fresh = Slots::with_len(len);
-        let old = shard.slots.load(Ordering::Relaxed, guard);
-        // SAFETY: as in `get`.
-        #[allow(unsafe_code)]
-        if let Some(old) = unsafe { old.as_ref() } {
+        if let Some(old) = shard.array(Ordering::Relaxed, guard) {
             // Nodes are scattered: hashing a key is a cache miss. Batches of nodes are hashed
             // in a loop of independent loads, so that the CPU overlaps their misses, before
             // any of them is placed.
@@ -147,27 +163,16 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
             }
         }
         counts.used = counts.live;
-        // Release pairs with the readers' Acquire load of the array: its slots, written above,
-        // are visible to whoever loads it (the nodes themselves were published before).
-        let old = shard.slots.swap(Owned::new(fresh), Ordering::Release, guard);
-        if !old.is_null() {
-            // SAFETY: unreachable from now on; readers pinned before may still probe it, and
-            // the epoch frees it only after they unpin. (Its nodes live on in the new array.)
-            #[allow(unsafe_code)]
-            unsafe {
-                guard.defer_destroy(old);
-            }
-        }
+        // Its nodes live on in the new array.
+        shard.publish(Some(fresh), guard);
     }
 
     /// Every node, for a table no one else can use any more (its owner is dropping it).
     pub(crate) fn for_each_exclusive(&mut self, mut f: impl FnMut(Node<'_, K>)) {
-        // SAFETY: `&mut self`: no other thread can reach the table.
-        #[allow(unsafe_code)]
-        let guard = unsafe { epoch::unprotected() };
         for shard in self.shards.iter() {
-            let slots = shard.slots.load(Ordering::Relaxed, guard);
-            // SAFETY: exclusive access.
+            let slots = shard.slots.load(Ordering::Relaxed);
+            // SAFETY: `&mut self`: no other thread can reach the table, so the array (from
+            // `Box::into_raw`, freed only by `publish` or `drop`) is alive while this runs.
             #[allow(unsafe_code)]
             let Some(slots) = (unsafe { slots.as_ref() }) else {
                 continue;
@@ -184,18 +189,16 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
 
 impl<K> Drop for Table<K> {
     fn drop(&mut self) {
-        // SAFETY: `&mut self`: no reader is left, so nodes and arrays are freed at once.
-        #[allow(unsafe_code)]
-        let guard = unsafe { epoch::unprotected() };
         for shard in self.shards.iter() {
-            let slots = shard.slots.swap(epoch::Shared::null(), Ordering::Relaxed, guard);
+            let slots = shard.slots.swap(ptr::null_mut(), Ordering::Relaxed);
             if slots.is_null() {
                 continue;
             }
-            // SAFETY: exclusive access; the array and its nodes are ours to free.
+            // SAFETY: `&mut self`: no reader is left, so the array (from `Box::into_raw`)
+            // and its nodes are ours to free at once.
             #[allow(unsafe_code)]
             unsafe {
-                let slots = slots.into_owned();
+                let slots = Box::from_raw(slots);
                 for slot in slots.slots.iter() {
                     let value = slot.load(Ordering::Relaxed);
                     if !value.is_null() && value != tombstone() {

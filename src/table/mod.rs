@@ -10,13 +10,12 @@
 //! node: no second pointer, and no allocation per key beyond the node.
 //!
 //! # Reads take no lock and write nothing shared
-//! A lookup pins `crossbeam-epoch` (a compare-and-swap on this thread's own epoch slot;
-//! one pin in 128 also tries to advance the global epoch, the one shared write a read can
-//! make, amortised), loads the shard's array, probes it and compares tags and keys.
+//! A lookup pins (`grace.rs`: a plain store to this thread's own slot, no locked
+//! instruction), loads the shard's array, probes it and compares tags and keys.
 //! Everything that changes the table (an insert, a removal, a node replaced, an array
 //! rebuilt: `writers.rs`, `memory.rs`) happens under the shard's mutex, which checks never
 //! take. A node or an array taken out of the table is freed
-//! through the epoch once no pinned reader can still hold it, so a reader never touches
+//! after a grace period (`grace.rs`), once no pinned reader can still hold it, so a reader never touches
 //! freed memory; nodes never move, so a count written into a node is never copied away
 //! from under its writer (arrays are rebuilt by copying pointers only).
 //!
@@ -49,9 +48,9 @@ use std::marker::PhantomData;
 use std::ptr::{self, NonNull};
 use std::sync::PoisonError;
 
-use crossbeam_epoch::{self as epoch, Atomic, Guard};
 use crossbeam_utils::CachePadded;
 
+use crate::grace::{self, Guard};
 use crate::layout::Policy;
 use crate::protocol::KeyState;
 use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering};
@@ -84,7 +83,7 @@ struct Header<K> {
     /// The policy version the counters are laid out for, from `Arc::into_raw`: the node holds
     /// one strong count of it. Swapped in place (under the shard's mutex) for a newer version
     /// that lays the counters out the same way (so `words_per_key` never changes in a node's
-    /// life); the count of the old one is given back through the epoch, since readers may
+    /// life); the count of the old one is given back after a grace period, since readers may
     /// still hold it.
     policy: AtomicPtr<Policy>,
     key: K,
@@ -106,7 +105,7 @@ impl<K> Copy for Node<'_, K> {}
 impl<'g, K> Node<'g, K> {
     fn header(&self) -> &'g Header<K> {
         // SAFETY: `ptr` came from the table under a guard living for `'g` (or from the shard's
-        // mutex, which is held); nodes are freed only through the epoch, after every guard
+        // mutex, which is held); nodes are freed only after a grace period, after every guard
         // pinned while the node was reachable is gone.
         #[allow(unsafe_code)]
         unsafe {
@@ -125,7 +124,7 @@ impl<'g, K> Node<'g, K> {
         // initialisation, published by the slot's Release store): the policy is initialised.
         let policy = self.header().policy.load(Ordering::Acquire);
         // SAFETY: the node holds a strong count of its policy, and a policy swapped out is
-        // released through the epoch (`repoint`), after every guard that could have loaded it.
+        // released after a grace period (`repoint`), after every guard that could have loaded it.
         #[allow(unsafe_code)]
         unsafe {
             &*policy
@@ -228,7 +227,8 @@ struct Counts {
 }
 
 struct Shard<K> {
-    slots: Atomic<Slots<K>>,
+    /// From `Box::into_raw`, or null; replaced under the mutex ([`Shard::publish`]).
+    slots: AtomicPtr<Slots<K>>,
     writer: Mutex<Counts>,
     /// The latest time (ns) at which a node left this shard, swept, replaced or moved
     /// (module docs). Raised under the mutex, read by checks without it.
@@ -240,6 +240,21 @@ struct Shard<K> {
 }
 
 impl<K> Shard<K> {
+    /// The shard's array, if it has one, valid while `guard` lives. `order` is Acquire
+    /// for readers (it pairs with the Release of [`publish`](Self::publish)) and Relaxed
+    /// under the mutex.
+    #[inline]
+    fn array<'g>(&'g self, order: Ordering, _guard: &'g Guard) -> Option<&'g Slots<K>> {
+        let array = self.slots.load(order);
+        // SAFETY: an array comes from `Box::into_raw` and is freed only through the grace
+        // period of `publish`, after every guard that was alive while it was reachable has
+        // dropped; `_guard` is alive, so the array is too.
+        #[allow(unsafe_code)]
+        unsafe {
+            array.as_ref()
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, Counts> {
         // A panic under the lock cannot leave the array inconsistent (every change is one
         // pointer store), so a poisoned lock is still good.
@@ -287,13 +302,13 @@ impl<K> Table<K> {
         self.len() >= self.max_keys
     }
 
-    /// Frees what the epoch holds and can free now: after a sweep, so that the memory of the
-    /// keys it evicted comes back at once rather than as later checks collect it. Each
-    /// flush advances the epoch if every pinned thread allows it and frees what two
+    /// Frees what waits for a grace period and can be freed now: after a sweep, so that the
+    /// memory of the keys it evicted comes back at once rather than at a later collection.
+    /// Each flush advances the epoch if every pinned thread allows it and frees what two
     /// advances have made safe; pinned checks only postpone it to the next sweep.
     pub(crate) fn settle() {
         for _ in 0..4 {
-            epoch::pin().flush();
+            grace::pin().flush();
         }
     }
 
@@ -308,7 +323,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
         let shards = (0..SHARDS)
             .map(|_| {
                 CachePadded::new(Shard {
-                    slots: Atomic::null(),
+                    slots: AtomicPtr::new(ptr::null_mut()),
                     writer: Mutex::new(Counts::default()),
                     floor: AtomicU64::new(0),
                     inserting: AtomicU64::new(0),
@@ -367,11 +382,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
-        // Acquire pairs with the Release store that published the array (`rebuild`).
-        let slots = self.shard(hash).slots.load(Ordering::Acquire, guard);
-        // SAFETY: an array is freed only through the epoch once unreachable; we are pinned.
-        #[allow(unsafe_code)]
-        let slots = unsafe { slots.as_ref() }?;
+        let slots = self.shard(hash).array(Ordering::Acquire, guard)?;
         Self::find(slots, hash, key, Ordering::Acquire).map(|(_, node)| node)
     }
 

@@ -1,6 +1,6 @@
 //! The table's writers, under the shard's mutex: inserting a key, changing a node
 //! (replacing, repointing or removing it) with the shard's floor raised first, and sweeping a
-//! shard; nodes taken out are freed through the epoch.
+//! shard; nodes taken out are freed after a grace period (`grace.rs`).
 
 use std::borrow::Borrow;
 use std::hash::Hash;
@@ -8,8 +8,7 @@ use std::marker::PhantomData;
 use std::ptr::NonNull;
 use std::sync::{Arc, TryLockError};
 
-use crossbeam_epoch::{self as epoch, Guard};
-
+use crate::grace::{self, Guard};
 use crate::layout::{fill_initial, initial_words, Policy};
 use crate::protocol::OwnedState;
 use crate::sync::{AtomicPtr, AtomicUsize, Ordering};
@@ -78,10 +77,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
             shard.lock()
         };
         // Relaxed: under the mutex, which orders every writer of the array pointer.
-        let current = shard.slots.load(Ordering::Relaxed, guard);
-        // SAFETY: as in `get`.
-        #[allow(unsafe_code)]
-        if let Some(current) = unsafe { current.as_ref() } {
+        if let Some(current) = shard.array(Ordering::Relaxed, guard) {
             if let Some((_, node)) = Self::find(current, hash, key, Ordering::Relaxed) {
                 return Ok(node);
             }
@@ -169,10 +165,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
         let shard = self.shard(hash);
         let mut counts = shard.lock();
         // Relaxed: under the mutex.
-        let slots = shard.slots.load(Ordering::Relaxed, guard);
-        // SAFETY: as in `get`.
-        #[allow(unsafe_code)]
-        let Some(slots) = (unsafe { slots.as_ref() }) else {
+        let Some(slots) = shard.array(Ordering::Relaxed, guard) else {
             return false;
         };
         let Some((slot, node)) = Self::find(slots, hash, key, Ordering::Relaxed) else { return false };
@@ -183,10 +176,9 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
         let retired = self.apply(slot, node, change, &mut counts, guard);
         drop(counts);
         if let Some(node) = retired {
+            // Freed with the next batch of deferred items, or after the next sweep
+            // (`grace.rs`), whichever comes first.
             Self::retire_nodes(vec![node], guard);
-            // Hand the retired node to the epoch now rather than leave it in this thread's
-            // bag (a node can be kilobytes, and this thread may go idle).
-            guard.flush();
         }
         true
     }
@@ -221,10 +213,10 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
                 let old = node.header().policy.swap(newer, Ordering::Release);
                 let old = SendPtr(old);
                 // SAFETY: readers pinned before the swap may still use the old version; the
-                // epoch drops the node's count of it after they unpin.
+                // grace period drops the node's count of it after they unpin.
                 #[allow(unsafe_code)]
                 unsafe {
-                    guard.defer_unchecked(move || {
+                    guard.defer(move || {
                         let old = old;
                         drop(Arc::from_raw(old.0.cast_const()));
                     });
@@ -251,17 +243,16 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
     }
 
     /// Frees nodes taken out of the table once no reader can hold them: one deferred
-    /// function for the lot (a sweep's thousands of nodes are one entry of the epoch's
-    /// queue, freed at its next collection rather than a bag of 64 at a time).
+    /// function for the lot (a sweep's thousands of nodes are one deferred item).
     fn retire_nodes(dead: Vec<SendPtr<Header<K>>>, guard: &Guard) {
         if dead.is_empty() {
             return;
         }
         // SAFETY: the nodes are in no array any more; readers pinned before may still hold
-        // them, and the epoch runs this after they unpin.
+        // them, and the grace period runs this after they unpin.
         #[allow(unsafe_code)]
         unsafe {
-            guard.defer_unchecked(move || {
+            guard.defer(move || {
                 for node in dead {
                     free_node(node.0);
                 }
@@ -281,12 +272,9 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
         mut change: impl FnMut(Node<'_, K>) -> Change,
     ) -> usize {
         let Some(shard) = self.shards.get(index) else { return 0 };
-        let guard = epoch::pin();
+        let guard = grace::pin();
         let mut counts = shard.lock();
-        let slots = shard.slots.load(Ordering::Relaxed, &guard);
-        // SAFETY: as in `get`.
-        #[allow(unsafe_code)]
-        let Some(slots) = (unsafe { slots.as_ref() }) else {
+        let Some(slots) = shard.array(Ordering::Relaxed, &guard) else {
             return 0;
         };
         let mut dead = Vec::new();
@@ -308,13 +296,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
             // An empty shard gives its array back too (the table then holds nothing but its
             // shards, as when new).
             counts.used = 0;
-            let old = shard.slots.swap(epoch::Shared::null(), Ordering::Release, &guard);
-            // SAFETY: unreachable from now on (readers that load null find nothing); readers
-            // pinned before may still probe it, and the epoch frees it after they unpin.
-            #[allow(unsafe_code)]
-            unsafe {
-                guard.defer_destroy(old);
-            }
+            shard.publish(None, &guard);
         } else if len > SMALLEST && counts.live.saturating_mul(8) <= len {
             let wanted = counts.live.saturating_mul(2).max(SMALLEST).next_power_of_two();
             self.rebuild(shard, &mut counts, wanted, &guard);
@@ -322,7 +304,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
             self.rebuild(shard, &mut counts, len, &guard);
         }
         drop(counts);
-        // Hand what this sweep freed to the epoch now, so memory comes back promptly.
+        // Free what this sweep and earlier changes retired, so memory comes back promptly.
         guard.flush();
         removed
     }

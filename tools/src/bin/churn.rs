@@ -5,9 +5,10 @@
 //! 10/s per key on a [`ManualClock`] (one admitted request each), records heap and RSS (the
 //! cycle's peak), moves the clock 3 s on (past every key's 2 s life) and sweeps them all out,
 //! and records heap and RSS again; `--cycles` cycles (100; `--quick` 10). For
-//! `Algorithm::SlidingLog`, whose evicted logs are freed through crossbeam-epoch, the heap
-//! after the sweep is also recorded after flushing the epoch's deferred frees ("settled"); for
-//! the others the two are the same.
+//! `Algorithm::SlidingLog`, whose evicted logs are freed after a grace period, the heap
+//! after the sweep is also recorded after the deferred frees have run ("settled": sweeps of a
+//! second limiter, which holds keys in every shard, each seal, advance and free); for the
+//! others the two are the same.
 //!
 //! Heap is live bytes from a counting allocator; RSS is resident pages from `/proc/self/statm`
 //! × the page size. The verdicts, each of which makes the program exit non-zero when broken:
@@ -21,8 +22,8 @@
 //!   each eviction brought it to 2.4–2.6 MiB); its max/min is printed, not held to 1.10;
 //! - heap flat (no leak): the settled heap after every cycle's eviction is exactly cycle 1's;
 //! - heap back to the start: the settled heap after every eviction is exactly what it was
-//!   before cycle 1 (after a warm-up that allocates this thread's key cache and its
-//!   crossbeam-epoch registration and garbage queue, and inserts nothing).
+//!   before cycle 1 (after a warm-up that allocates this thread's key cache, its grace-period
+//!   registration and garbage lists, and the second limiter, and inserts nothing).
 //!
 //! Each algorithm runs in a fresh process of its own (this program with `--child NAME`), so
 //! one run's malloc arenas do not blur the next one's RSS. Default algorithms: the sliding
@@ -45,8 +46,8 @@ static ALLOCATOR: Counting = Counting;
 type Error = Box<dyn std::error::Error>;
 
 /// The largest max/min ratio of RSS over cycles 2..=N.
-/// Heap the epoch may still hold after settling: one batch of deferred frees (a 4 KiB bag)
-/// whose epoch has not advanced yet. Constant, not per key: a leak that grows with the
+/// Heap the grace periods may still hold after settling: a few deferred frees whose epoch
+/// has not advanced yet, and the capacity of the lists that hold them. Constant, not per key: a leak that grows with the
 /// cycles passes it within a few cycles at more than ~100 keys (64 B each) in all.
 const EPOCH_SLACK: i64 = 8 * 1024;
 
@@ -181,18 +182,18 @@ struct Cycle {
     peak_rss: u64,
     /// Right after the sweep.
     swept_heap: u64,
-    /// After flushing crossbeam-epoch's deferred frees.
+    /// After the deferred frees have run.
     settled_heap: u64,
     rss: u64,
     took: Duration,
 }
 
-/// Frees what crossbeam-epoch has deferred, as far as it can: flushes until the heap has not
-/// dropped for a while.
-fn settle() {
+/// Runs what grace periods have deferred, as far as it can: sweeps `flusher` (each of its
+/// shards flushes) until the heap has not dropped for a while.
+fn settle(flusher: &Limiter<u64>) {
     let (mut last, mut still) = (heap(), 0);
-    while still < 64 {
-        crossbeam_epoch::pin().flush();
+    while still < 16 {
+        flusher.sweep();
         let now = heap();
         if now < last {
             (last, still) = (now, 0);
@@ -211,17 +212,16 @@ fn child(args: &Args, name: &'static str) -> Result<bool, Error> {
         .limit(Limit::per_second(10))
         .clock(clock.clone())
         .build()?;
-    // Warm-up that inserts nothing: a cost-0 check allocates this thread's key cache; deferred
-    // no-ops register this thread with crossbeam-epoch and bring its garbage queue to its
-    // working size (one 2 KB node more than a fresh one). The results' vector is allocated
-    // now, so that its growth does not show as the limiter's.
+    // Warm-up that inserts nothing: a cost-0 check allocates this thread's key cache and
+    // registers it for grace periods. The flusher holds a key in every shard for good (an
+    // hour's limit on a clock that never moves), so that its sweeps flush. The results'
+    // vector is allocated now, so that its growth does not show as the limiter's.
     let _ = limiter.check_n(&u64::MAX, 0);
-    for _ in 0..256 {
-        let guard = crossbeam_epoch::pin();
-        guard.defer(|| ());
-        guard.flush();
+    let flusher = Limiter::<u64>::builder().limit(Limit::per_hour(10)).clock(ManualClock::new()).build()?;
+    for key in 0..1_000u64 {
+        let _ = flusher.check(&key);
     }
-    settle();
+    settle(&flusher);
     let mut cycles = Vec::with_capacity(args.cycles as usize);
     let (start_heap, start_rss) = (heap(), rss());
     let mut refused = 0u64;
@@ -236,7 +236,7 @@ fn child(args: &Args, name: &'static str) -> Result<bool, Error> {
         let evicted = limiter.sweep() as u64;
         unswept += args.keys - evicted.min(args.keys) + limiter.len() as u64;
         let swept_heap = heap();
-        settle();
+        settle(&flusher);
         let settled_heap = heap();
         cycles.push(Cycle { peak_heap, peak_rss, swept_heap, settled_heap, rss: rss(), took: t0.elapsed() });
     }

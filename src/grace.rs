@@ -1,0 +1,407 @@
+//! Grace periods: memory a check may still be reading (a shard's array, a node, a policy
+//! version) is freed only once every check that could have found it has ended.
+//!
+//! Epoch-based reclamation, as `crossbeam-epoch` does it, with one difference: a check's
+//! pin is a plain store, not a locked instruction. Every thread that checks owns a *slot*
+//! (registered at its first pin, dropped with the thread) holding the global epoch it
+//! pinned at, or nothing. Memory taken out of reach is *deferred*: queued with the epoch
+//! read after it left, and freed once the epoch is two further on. The epoch advances from
+//! `e` to `e + 1` only when every pinned slot holds `e`, so a check pinned while the memory
+//! was still reachable blocks the second advance until it unpins.
+//!
+//! # The fences
+//! The argument is crossbeam's (its `internal.rs`): a reader's pin stores its slot and then
+//! fences (SeqCst) before it loads any pointer; a writer fences (SeqCst) after unlinking,
+//! before it reads the epoch to seal its garbage, and an advance fences before it reads the
+//! slots. Of two SeqCst fences one comes first, so either the advance sees the reader's
+//! slot, or the reader's loads after its fence see the unlink and never reach the memory.
+//!
+//! Here the reader's fence is a compiler fence only, and the writer's and the advance's
+//! are *heavy*: `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`, which makes every running
+//! thread of the process execute a full barrier before it returns. So each reader's
+//! compiler-ordered store and loads are separated by a real barrier at some point of the
+//! heavy fence's execution: the pair orders like two SeqCst fences (the asymmetric fences
+//! of C++ P1202, as folly's hazard pointers and `seize` use them). Where membarrier is
+//! missing (not Linux, or refused by a sandbox) both sides are `fence(SeqCst)`, which is
+//! crossbeam's protocol exactly; the choice is made once, before the first pin, and never
+//! changes. Under loom both sides are `fence(SeqCst)`: `loom-tests/tests/grace.rs` checks
+//! that protocol through this file; the asymmetric substitution is the argument above.
+//!
+//! # When memory is freed
+//! Garbage is sealed, the epoch advanced and what is two epochs old freed by
+//! [`Guard::flush`] (the sweeper calls it after each sweep) and whenever 64 deferred items
+//! wait. A pin never frees anything: checks pay for no one else's memory.
+
+use std::cell::Cell;
+use std::marker::PhantomData;
+use std::mem;
+use std::sync::{Arc, PoisonError};
+
+use crossbeam_utils::CachePadded;
+
+#[cfg(slidegate_loom)]
+use crate::sync::fence;
+use crate::sync::{AtomicU64, Mutex, Ordering};
+
+/// A slot's value while its thread is pinned at epoch `e`: `e << 1 | PINNED`; 0 unpinned;
+/// `GONE` once its thread (or its guard, for a guard's own slot) has ended: the next
+/// advance drops it from the list.
+const PINNED: u64 = 1;
+const GONE: u64 = 2;
+/// Deferred items that make the next deferral seal them and try to free.
+const BATCH: usize = 64;
+
+type Slot = CachePadded<AtomicU64>;
+type Deferred = Box<dyn FnOnce() + Send>;
+
+/// The process-wide epoch, the threads' slots and the garbage waiting.
+struct Collector {
+    epoch: AtomicU64,
+    /// Under loom only: pins and unpins so far, an RMW each (see `enter_slot`).
+    #[cfg(slidegate_loom)]
+    pins: AtomicU64,
+    slots: Mutex<Vec<Arc<Slot>>>,
+    garbage: Mutex<Garbage>,
+}
+
+#[derive(Default)]
+struct Garbage {
+    /// Deferred since the last seal.
+    pending: Vec<Deferred>,
+    /// Sealed bags, oldest first, each with the epoch read when it was sealed.
+    sealed: Vec<(u64, Vec<Deferred>)>,
+}
+
+#[cfg(not(slidegate_loom))]
+static COLLECTOR: std::sync::LazyLock<Collector> = std::sync::LazyLock::new(Collector::new);
+#[cfg(slidegate_loom)]
+loom::lazy_static! {
+    static ref COLLECTOR: Collector = Collector::new();
+}
+
+/// A thread's registration: its slot and how many of its guards are alive.
+struct Local {
+    slot: Arc<Slot>,
+    depth: Cell<usize>,
+}
+
+#[cfg(not(slidegate_loom))]
+thread_local! {
+    static LOCAL: Local = Local::register();
+}
+#[cfg(slidegate_loom)]
+loom::thread_local! {
+    static LOCAL: Local = Local::register();
+}
+
+/// Proof that the current thread is pinned: memory reachable when it was created is not
+/// freed while it lives. Not `Send`: it is its thread's.
+pub struct Guard {
+    /// The slot of a guard pinned where the thread's own slot is gone (a pin from a
+    /// thread-local destructor at thread exit): registered for this guard alone.
+    own: Option<Arc<Slot>>,
+    _thread: PhantomData<*mut ()>,
+}
+
+/// Pins the current thread.
+#[inline]
+pub fn pin() -> Guard {
+    match LOCAL.try_with(Local::enter) {
+        Ok(()) => Guard { own: None, _thread: PhantomData },
+        Err(_) => {
+            let slot = COLLECTOR.register();
+            enter_slot(&slot);
+            Guard { own: Some(slot), _thread: PhantomData }
+        }
+    }
+}
+
+/// Marks `slot` pinned at the current epoch, then the reader's half of the fence pair.
+#[inline]
+fn enter_slot(slot: &Slot) {
+    // Relaxed: which epoch a pin reads only decides how long its garbage waits; the
+    // fence below orders the slot's store before the reader's loads (module docs).
+    let epoch = COLLECTOR.epoch.load(Ordering::Relaxed);
+    #[allow(
+        clippy::arithmetic_side_effects,
+        reason = "the epoch advances by 1 per advance: below 2⁶³ for ever"
+    )]
+    slot.store(epoch << 1 | PINNED, Ordering::Relaxed);
+    fences::light();
+    // Under loom, a pin is also an RMW on one word every pin shares, as a pin of
+    // `crossbeam-epoch` is: loom then treats every two checks as racing from their start,
+    // and explores the orders of the table operations behind them (the models of
+    // `loom-tests/tests/{table,eviction}.rs` need a check delayed between its clock
+    // reading and its lookup). It orders nothing the protocol relies on: Relaxed.
+    #[cfg(slidegate_loom)]
+    COLLECTOR.pins.fetch_add(1, Ordering::Relaxed);
+}
+
+impl Local {
+    fn register() -> Local {
+        Local { slot: COLLECTOR.register(), depth: Cell::new(0) }
+    }
+
+    #[inline]
+    fn enter(&self) {
+        let depth = self.depth.get();
+        if depth == 0 {
+            enter_slot(&self.slot);
+        }
+        // One per live guard of this thread, each on its stack: far below usize::MAX.
+        self.depth.set(depth.wrapping_add(1));
+    }
+
+    #[inline]
+    fn exit(&self) {
+        let depth = self.depth.get().wrapping_sub(1);
+        self.depth.set(depth);
+        if depth == 0 {
+            // Release: the reads made while pinned happen-before an advance that sees
+            // this store (its Acquire load of the slot), and so before what it frees.
+            self.slot.store(0, Ordering::Release);
+            // Under loom, as at the pin (`enter_slot`).
+            #[cfg(slidegate_loom)]
+            COLLECTOR.pins.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for Local {
+    fn drop(&mut self) {
+        // Release: as in `exit`. Not unregistered here: the collector may already be gone
+        // at the end of the process (or of a loom model).
+        self.slot.store(GONE, Ordering::Release);
+    }
+}
+
+impl Drop for Guard {
+    #[inline]
+    fn drop(&mut self) {
+        match self.own.take() {
+            None => {
+                // The thread's `Local` outlives its guards: a guard made through it (pinned
+                // by `enter`) ends before the thread-local is destroyed.
+                let _ = LOCAL.try_with(Local::exit);
+            }
+            Some(slot) => slot.store(GONE, Ordering::Release),
+        }
+    }
+}
+
+impl Guard {
+    /// Runs `free` once every guard alive now, on any thread, has dropped.
+    ///
+    /// # Safety
+    /// What `free` frees must be out of reach for any guard created after this call: only
+    /// guards alive now may still hold it.
+    #[allow(unsafe_code)]
+    pub unsafe fn defer(&self, free: impl FnOnce() + Send + 'static) {
+        let full = {
+            let mut garbage = COLLECTOR.lock_garbage();
+            garbage.pending.push(Box::new(free));
+            garbage.pending.len() >= BATCH
+        };
+        if full {
+            COLLECTOR.collect();
+        }
+    }
+
+    /// Seals what was deferred, advances the epoch if every pinned thread allows it, and
+    /// frees what two advances have made safe.
+    pub fn flush(&self) {
+        COLLECTOR.collect();
+    }
+}
+
+impl Collector {
+    fn new() -> Collector {
+        Collector {
+            epoch: AtomicU64::new(0),
+            #[cfg(slidegate_loom)]
+            pins: AtomicU64::new(0),
+            slots: Mutex::new(Vec::new()),
+            garbage: Mutex::new(Garbage::default()),
+        }
+    }
+
+    fn register(&self) -> Arc<Slot> {
+        let slot = Arc::new(CachePadded::new(AtomicU64::new(0)));
+        self.slots.lock().unwrap_or_else(PoisonError::into_inner).push(Arc::clone(&slot));
+        slot
+    }
+
+    fn lock_garbage(&self) -> crate::sync::MutexGuard<'_, Garbage> {
+        // Every change under this lock is a push or a move of whole vectors.
+        self.garbage.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Seal, advance, free (see [`Guard::flush`]).
+    fn collect(&self) {
+        let ready = {
+            let mut garbage = self.lock_garbage();
+            if !garbage.pending.is_empty() {
+                // Every unlink of the pending items happened before its `defer` took this
+                // lock; the heavy fence orders them before the epoch read that seals them.
+                fences::heavy();
+                let epoch = self.epoch.load(Ordering::Relaxed);
+                let bag = mem::take(&mut garbage.pending);
+                garbage.sealed.push((epoch, bag));
+            }
+            let now = self.try_advance();
+            let old = garbage.sealed.iter().take_while(|(sealed, _)| sealed.saturating_add(2) <= now).count();
+            garbage.sealed.drain(..old).flat_map(|(_, bag)| bag).collect::<Vec<_>>()
+        };
+        // Outside the lock: a deferred function may drop something that defers again.
+        for free in ready {
+            free();
+        }
+    }
+
+    /// Advances the epoch from `e` to `e + 1` if no slot is pinned at an earlier one;
+    /// the epoch afterwards.
+    fn try_advance(&self) -> u64 {
+        let epoch = self.epoch.load(Ordering::Relaxed);
+        // The advance's half of the fence pair: a reader's slot not seen below was stored
+        // after this fence, and its loads see every unlink made before it (module docs).
+        fences::heavy();
+        {
+            let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut gone = false;
+            for slot in slots.iter() {
+                // Acquire pairs with the Release of `exit` (and of the stores of `GONE`): a
+                // reader seen unpinned has finished its reads before what this advance frees.
+                let seen = slot.load(Ordering::Acquire);
+                if seen & PINNED != 0 && seen >> 1 != epoch {
+                    return epoch;
+                }
+                gone |= seen == GONE;
+            }
+            if gone {
+                // Relaxed: `GONE` is stored once, last, and read above with Acquire.
+                slots.retain(|slot| slot.load(Ordering::Relaxed) != GONE);
+            }
+        }
+        #[allow(
+            clippy::arithmetic_side_effects,
+            reason = "the epoch advances by 1 per advance: below 2⁶³ for ever"
+        )]
+        let next = epoch + 1;
+        // Release: pins that read the new epoch happen after the scan above. Only this
+        // CAS's winner advances; a loser reads the epoch a racing advance set.
+        match self.epoch.compare_exchange(epoch, next, Ordering::Release, Ordering::Relaxed) {
+            Ok(_) => next,
+            Err(current) => current,
+        }
+    }
+}
+
+/// The two halves of the fence pair (module docs).
+mod fences {
+    #[cfg(not(slidegate_loom))]
+    use std::sync::atomic::{compiler_fence, fence, AtomicU8, Ordering};
+
+    /// Unknown until the first fence asks; then `ASYMMETRIC` or `SYMMETRIC`, for good.
+    #[cfg(not(slidegate_loom))]
+    static MODE: AtomicU8 = AtomicU8::new(0);
+    #[cfg(not(slidegate_loom))]
+    const ASYMMETRIC: u8 = 1;
+    #[cfg(not(slidegate_loom))]
+    const SYMMETRIC: u8 = 2;
+
+    /// The reader's half: a compiler fence where membarrier serves the other half, else a
+    /// SeqCst fence.
+    #[inline(always)]
+    pub(super) fn light() {
+        #[cfg(not(slidegate_loom))]
+        match MODE.load(Ordering::Relaxed) {
+            ASYMMETRIC => compiler_fence(Ordering::SeqCst),
+            SYMMETRIC => fence(Ordering::SeqCst),
+            _ => {
+                choose();
+                fence(Ordering::SeqCst);
+            }
+        }
+        #[cfg(slidegate_loom)]
+        super::fence(super::Ordering::SeqCst);
+    }
+
+    /// The writer's and the advance's half: membarrier where it works, else a SeqCst fence.
+    pub(super) fn heavy() {
+        #[cfg(not(slidegate_loom))]
+        if mode() == ASYMMETRIC {
+            // Readers fence with the compiler only: no other fence would pair with theirs.
+            // Registration succeeded, and the kernel refuses a registered process nothing
+            // (man 2 membarrier), so this cannot fail; if it ever did, freeing memory a
+            // reader may hold would be unsound, and stopping is the safe answer.
+            if !membarrier::expedited() {
+                std::process::abort();
+            }
+        } else {
+            fence(Ordering::SeqCst);
+        }
+        #[cfg(slidegate_loom)]
+        super::fence(super::Ordering::SeqCst);
+    }
+
+    #[cfg(not(slidegate_loom))]
+    fn mode() -> u8 {
+        match MODE.load(Ordering::Relaxed) {
+            0 => choose(),
+            mode => mode,
+        }
+    }
+
+    /// Registers for membarrier once, and publishes the mode: a reader that sees
+    /// `ASYMMETRIC` relies on the heavy side's membarrier, which registration made
+    /// available before the mode was stored.
+    #[cfg(not(slidegate_loom))]
+    #[cold]
+    fn choose() -> u8 {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            let mode = if membarrier::register() { ASYMMETRIC } else { SYMMETRIC };
+            MODE.store(mode, Ordering::SeqCst);
+        });
+        MODE.load(Ordering::SeqCst)
+    }
+
+    #[cfg(all(not(slidegate_loom), target_os = "linux"))]
+    mod membarrier {
+        const QUERY: libc::c_int = 0;
+        const PRIVATE_EXPEDITED: libc::c_int = 1 << 3;
+        const REGISTER_PRIVATE_EXPEDITED: libc::c_int = 1 << 4;
+
+        fn call(cmd: libc::c_int) -> libc::c_long {
+            // SAFETY: membarrier takes two integers and touches no memory of ours; an
+            // unknown command or a refused call returns -1.
+            #[allow(unsafe_code)]
+            unsafe {
+                libc::syscall(libc::SYS_membarrier, cmd, 0 as libc::c_uint, 0 as libc::c_int)
+            }
+        }
+
+        /// Whether the process is now registered for private expedited barriers.
+        pub(super) fn register() -> bool {
+            let supported = call(QUERY);
+            supported > 0
+                && supported & libc::c_long::from(PRIVATE_EXPEDITED) != 0
+                && call(REGISTER_PRIVATE_EXPEDITED) == 0
+        }
+
+        /// A full barrier on every running thread of the process; `false` if refused.
+        pub(super) fn expedited() -> bool {
+            call(PRIVATE_EXPEDITED) == 0
+        }
+    }
+
+    #[cfg(all(not(slidegate_loom), not(target_os = "linux")))]
+    mod membarrier {
+        pub(super) fn register() -> bool {
+            false
+        }
+        pub(super) fn expedited() -> bool {
+            false
+        }
+    }
+}
