@@ -80,6 +80,7 @@ use crate::Limiter;
 use route::{fields, Route};
 
 mod client_ip;
+mod cost;
 mod extract;
 mod header;
 mod path;
@@ -87,6 +88,7 @@ mod refusal;
 mod route;
 
 pub use client_ip::{ForwardedFor, OnMalformed};
+pub use cost::{Cost, CostFn, UnitCost};
 pub use extract::{key_fn, IntoKey, KeyError, KeyExtractor, KeyFn, PathKey, PeerIp};
 pub use header::{AuthorizationKey, HeaderKey};
 pub use refusal::{DefaultRefusals, ProblemJson, Refusal, RefusalKind, Refuse, RefuseFn};
@@ -95,41 +97,6 @@ pub use refusal::{DefaultRefusals, ProblemJson, Refusal, RefusalKind, Refuse, Re
 pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 /// The `RateLimit` field name.
 pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
-
-/// How many units a request weighs.
-pub trait Cost<B>: Clone + Send + Sync + 'static {
-    /// The request's cost (0 consumes nothing).
-    fn cost(&self, req: &Request<B>) -> u64;
-}
-
-/// Every request costs one unit (the default).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct UnitCost;
-
-impl<B> Cost<B> for UnitCost {
-    fn cost(&self, _: &Request<B>) -> u64 {
-        1
-    }
-}
-
-/// A closure as a [`Cost`]: see [`RateLimitLayer::cost`].
-#[derive(Clone)]
-pub struct CostFn<F>(F);
-
-impl<F> fmt::Debug for CostFn<F> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("CostFn")
-    }
-}
-
-impl<B, F> Cost<B> for CostFn<F>
-where
-    F: Fn(&Request<B>) -> u64 + Clone + Send + Sync + 'static,
-{
-    fn cost(&self, req: &Request<B>) -> u64 {
-        (self.0)(req)
-    }
-}
 
 /// What is wrong with a layer's configuration, found when the layer is built.
 ///
