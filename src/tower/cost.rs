@@ -21,7 +21,7 @@ impl<B> Cost<B> for UnitCost {
     }
 }
 
-/// A closure as a [`Cost`]: see [`RateLimitLayer::cost`].
+/// A closure as a [`Cost`]: see [`RateLimitLayer::cost`](super::RateLimitLayer::cost).
 #[derive(Clone)]
 pub struct CostFn<F>(pub(super) F);
 
