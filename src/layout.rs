@@ -7,7 +7,8 @@
 //! algorithm's `Counter::words`; the sliding window's are in `algorithm/sliding/`).
 //! `touched` is the time (ns) of the last admission that moved a slot: it bounds how old
 //! every count is, which is what eviction and expiry need. A retired state's `touched` is
-//! [`RETIRED`].
+//! [`RETIRED`]. A sliding window's ring words pack narrow or wide (`narrow_rings`), and
+//! [`Carry`] says what a policy change does with a key's counts.
 
 use std::sync::atomic::AtomicBool;
 #[cfg(any(test, slidegate_loom))]
