@@ -23,14 +23,19 @@
 //! heavy fence's execution: the pair orders like two SeqCst fences (the asymmetric fences
 //! of C++ P1202, as folly's hazard pointers and `seize` use them). Where membarrier is
 //! missing (not Linux, or refused by a sandbox) both sides are `fence(SeqCst)`, which is
-//! crossbeam's protocol exactly; the choice is made once, before the first pin, and never
-//! changes. Under loom both sides are `fence(SeqCst)`: `loom-tests/tests/grace.rs` checks
+//! crossbeam's protocol exactly; the choice is made once, by the first pin or heavy fence
+//! (a reader that finds it not yet made fences with SeqCst), and never changes. Under loom both sides are `fence(SeqCst)`: `loom-tests/tests/grace.rs` checks
 //! that protocol through this file; the asymmetric substitution is the argument above.
 //!
 //! # When memory is freed
 //! Garbage is sealed, the epoch advanced and what is two epochs old freed by
-//! [`Guard::flush`] (the sweeper calls it after each sweep) and whenever 64 deferred items
-//! wait. A pin never frees anything: checks pay for no one else's memory.
+//! [`Guard::flush`] (the sweeper calls it after each sweep) and by the outermost guard of
+//! a thread that unpins while 64 or more deferred items wait unsealed: so a free never
+//! runs under a lock of the table (a key's `Drop` may check the limiter again), and a
+//! check pays for a collection (two heavy fences, the frees) once per 64 deferrals at
+//! most. Sealed garbage waits for the next collection: the next 64 deferrals or the next
+//! sweep. A thread pinned for good would hold every free back, as with `crossbeam-epoch`;
+//! checks unpin when they return.
 
 use std::cell::Cell;
 use std::marker::PhantomData;
@@ -41,7 +46,7 @@ use crossbeam_utils::CachePadded;
 
 #[cfg(slidegate_loom)]
 use crate::sync::fence;
-use crate::sync::{AtomicU64, Mutex, Ordering};
+use crate::sync::{AtomicU64, AtomicUsize, Mutex, Ordering};
 
 /// A slot's value while its thread is pinned at epoch `e`: `e << 1 | PINNED`; 0 unpinned;
 /// `GONE` once its thread (or its guard, for a guard's own slot) has ended: the next
@@ -57,6 +62,9 @@ type Deferred = Box<dyn FnOnce() + Send>;
 /// The process-wide epoch, the threads' slots and the garbage waiting.
 struct Collector {
     epoch: AtomicU64,
+    /// How many items wait unsealed (`Garbage::pending`'s length, kept under its lock): a
+    /// guard that unpins with [`BATCH`] or more collects.
+    pending: AtomicUsize,
     /// Under loom only: pins and unpins so far, an RMW each (see `enter_slot`).
     #[cfg(slidegate_loom)]
     pins: AtomicU64,
@@ -163,6 +171,12 @@ impl Local {
             // Under loom, as at the pin (`enter_slot`).
             #[cfg(slidegate_loom)]
             COLLECTOR.pins.fetch_add(1, Ordering::Relaxed);
+            // Unpinned, so this thread holds no epoch back; and its outermost guard, so
+            // no lock of the table is held (every path that takes one pins first).
+            // Relaxed: a hint (`collect` decides under the lock).
+            if COLLECTOR.pending.load(Ordering::Relaxed) >= BATCH {
+                COLLECTOR.collect();
+            }
         }
     }
 }
@@ -195,16 +209,16 @@ impl Guard {
     /// # Safety
     /// What `free` frees must be out of reach for any guard created after this call: only
     /// guards alive now may still hold it.
+    ///
+    /// Only queues it: a deferral may be made under a lock (a shard's mutex), and what a
+    /// free runs (a key's `Drop`) may take that lock again. The queue is collected when a
+    /// guard unpins with [`BATCH`] or more items waiting, and by [`flush`](Self::flush).
     #[allow(unsafe_code)]
     pub unsafe fn defer(&self, free: impl FnOnce() + Send + 'static) {
-        let full = {
-            let mut garbage = COLLECTOR.lock_garbage();
-            garbage.pending.push(Box::new(free));
-            garbage.pending.len() >= BATCH
-        };
-        if full {
-            COLLECTOR.collect();
-        }
+        let mut garbage = COLLECTOR.lock_garbage();
+        garbage.pending.push(Box::new(free));
+        // Relaxed: a hint for `exit`; the list itself is under the lock.
+        COLLECTOR.pending.store(garbage.pending.len(), Ordering::Relaxed);
     }
 
     /// Seals what was deferred, advances the epoch if every pinned thread allows it, and
@@ -218,6 +232,7 @@ impl Collector {
     fn new() -> Collector {
         Collector {
             epoch: AtomicU64::new(0),
+            pending: AtomicUsize::new(0),
             #[cfg(slidegate_loom)]
             pins: AtomicU64::new(0),
             slots: Mutex::new(Vec::new()),
@@ -240,6 +255,9 @@ impl Collector {
     fn collect(&self) {
         let ready = {
             let mut garbage = self.lock_garbage();
+            if garbage.pending.is_empty() && garbage.sealed.is_empty() {
+                return;
+            }
             if !garbage.pending.is_empty() {
                 // Every unlink of the pending items happened before its `defer` took this
                 // lock; the heavy fence orders them before the epoch read that seals them.
@@ -247,6 +265,7 @@ impl Collector {
                 let epoch = self.epoch.load(Ordering::Relaxed);
                 let bag = mem::take(&mut garbage.pending);
                 garbage.sealed.push((epoch, bag));
+                self.pending.store(0, Ordering::Relaxed);
             }
             let now = self.try_advance();
             let old = garbage.sealed.iter().take_while(|(sealed, _)| sealed.saturating_add(2) <= now).count();

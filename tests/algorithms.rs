@@ -823,6 +823,59 @@ fn a_sliding_log_limiter_dropped_with_many_keys_held_does_not_crash() {
     }
 }
 
+/// A key whose `Drop` checks fresh keys of the same limiter: memory freed after a grace
+/// period runs user code (the key's `Drop`), which must never run under a lock of the
+/// table, or it waits for itself. Sweeps evict 20,000 such keys of a sliding log (whose
+/// retirement defers the log's snapshot under the shard's mutex, besides the nodes), and
+/// each dropped key inserts two more; a watchdog fails the test if it hangs.
+#[test]
+fn a_key_whose_drop_checks_the_limiter_again_does_not_deadlock_a_sweep() {
+    static LIMITER: std::sync::OnceLock<Limiter<Reentrant>> = std::sync::OnceLock::new();
+    static NEXT: AtomicU64 = AtomicU64::new(1 << 40);
+    thread_local! {
+        static DROPPING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+    #[derive(Clone, PartialEq, Eq, Hash)]
+    struct Reentrant(u64);
+    impl Drop for Reentrant {
+        fn drop(&mut self) {
+            // Not from a drop this drop causes (the keys it inserts are dropped too).
+            if DROPPING.with(|d| d.replace(true)) {
+                return;
+            }
+            if let Some(limiter) = LIMITER.get() {
+                for _ in 0..2 {
+                    let _ = limiter.check(&Reentrant(NEXT.fetch_add(1, Ordering::Relaxed)));
+                }
+            }
+            DROPPING.with(|d| d.set(false));
+        }
+    }
+    let clock = ManualClock::new();
+    let limiter = Limiter::<Reentrant>::builder()
+        .algorithm(Algorithm::SlidingLog)
+        .limit(Limit::per_second(4))
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    assert!(LIMITER.set(limiter).is_ok());
+    let limiter = LIMITER.get().unwrap();
+    let (done, finished) = std::sync::mpsc::channel();
+    let worker = thread::spawn(move || {
+        for round in 0..3u64 {
+            for key in 0..20_000 {
+                assert!(limiter.check(&Reentrant(round << 32 | key)).is_allowed());
+            }
+            clock.advance(secs(10));
+            let _ = limiter.sweep();
+        }
+        done.send(()).unwrap();
+    });
+    let ended = finished.recv_timeout(Duration::from_secs(120));
+    assert!(ended.is_ok(), "the sweeps did not finish in 120 s: a deadlock");
+    worker.join().unwrap();
+}
+
 /// Checkers race on one sliding-log key at a frozen clock while another thread resets it
 /// (and sweeps) again and again. A reset starts a new life of the key with an empty log;
 /// a generation counter that only the resetting thread bumps (odd while a reset runs)

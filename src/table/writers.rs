@@ -176,8 +176,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
         let retired = self.apply(slot, node, change, &mut counts, guard);
         drop(counts);
         if let Some(node) = retired {
-            // Freed with the next batch of deferred items, or after the next sweep
-            // (`grace.rs`), whichever comes first.
+            // Freed by a later collection, once two epochs have passed (`grace.rs`).
             Self::retire_nodes(vec![node], guard);
         }
         true
