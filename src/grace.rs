@@ -30,7 +30,8 @@
 //! # When memory is freed
 //! Garbage is sealed, the epoch advanced and what is two epochs old freed by
 //! [`Guard::flush`] (the sweeper calls it after each sweep) and by the outermost guard of
-//! a thread that unpins while 64 or more deferred items wait unsealed: so a free never
+//! a thread that unpins while 64 or more deferred items wait unsealed, or a large one (a
+//! shard's replaced array) waits at all: so a free never
 //! runs under a lock of the table (a key's `Drop` may check the limiter again), and a
 //! check pays for a collection (two heavy fences, the frees) once per 64 deferrals at
 //! most. Sealed garbage waits for the next collection: the next 64 deferrals or the next
@@ -46,7 +47,7 @@ use crossbeam_utils::CachePadded;
 
 #[cfg(slidegate_loom)]
 use crate::sync::fence;
-use crate::sync::{AtomicU64, AtomicUsize, Mutex, Ordering};
+use crate::sync::{AtomicBool, AtomicU64, Mutex, Ordering};
 
 /// A slot's value while its thread is pinned at epoch `e`: `e << 1 | PINNED`; 0 unpinned;
 /// `GONE` once its thread (or its guard, for a guard's own slot) has ended: the next
@@ -62,9 +63,10 @@ type Deferred = Box<dyn FnOnce() + Send>;
 /// The process-wide epoch, the threads' slots and the garbage waiting.
 struct Collector {
     epoch: AtomicU64,
-    /// How many items wait unsealed (`Garbage::pending`'s length, kept under its lock): a
-    /// guard that unpins with [`BATCH`] or more collects.
-    pending: AtomicUsize,
+    /// Whether a collection is due (kept under the garbage's lock): [`BATCH`] or more items
+    /// wait unsealed, or a large one waits at all. The outermost guard of a thread that
+    /// unpins then collects.
+    due: AtomicBool,
     /// Under loom only: pins and unpins so far, an RMW each (see `enter_slot`).
     #[cfg(slidegate_loom)]
     pins: AtomicU64,
@@ -74,10 +76,12 @@ struct Collector {
 
 #[derive(Default)]
 struct Garbage {
-    /// Deferred since the last seal.
-    pending: Vec<Deferred>,
+    /// Deferred since the last seal, each with whether it is large.
+    pending: Vec<(bool, Deferred)>,
     /// Sealed bags, oldest first, each with the epoch read when it was sealed.
-    sealed: Vec<(u64, Vec<Deferred>)>,
+    sealed: Vec<(u64, Vec<(bool, Deferred)>)>,
+    /// Large items not yet freed, sealed or not.
+    large: usize,
 }
 
 #[cfg(not(slidegate_loom))]
@@ -174,7 +178,7 @@ impl Local {
             // Unpinned, so this thread holds no epoch back; and its outermost guard, so
             // no lock of the table is held (every path that takes one pins first).
             // Relaxed: a hint (`collect` decides under the lock).
-            if COLLECTOR.pending.load(Ordering::Relaxed) >= BATCH {
+            if COLLECTOR.due.load(Ordering::Relaxed) {
                 COLLECTOR.collect();
             }
         }
@@ -206,19 +210,26 @@ impl Drop for Guard {
 impl Guard {
     /// Runs `free` once every guard alive now, on any thread, has dropped.
     ///
-    /// # Safety
-    /// What `free` frees must be out of reach for any guard created after this call: only
-    /// guards alive now may still hold it.
-    ///
     /// Only queues it: a deferral may be made under a lock (a shard's mutex), and what a
     /// free runs (a key's `Drop`) may take that lock again. The queue is collected when a
     /// guard unpins with [`BATCH`] or more items waiting, and by [`flush`](Self::flush).
+    ///
+    /// # Safety
+    /// What `free` frees must be out of reach for any guard created after this call: only
+    /// guards alive now may still hold it.
     #[allow(unsafe_code)]
     pub unsafe fn defer(&self, free: impl FnOnce() + Send + 'static) {
-        let mut garbage = COLLECTOR.lock_garbage();
-        garbage.pending.push(Box::new(free));
-        // Relaxed: a hint for `exit`; the list itself is under the lock.
-        COLLECTOR.pending.store(garbage.pending.len(), Ordering::Relaxed);
+        COLLECTOR.push(false, Box::new(free));
+    }
+
+    /// As [`defer`](Self::defer), for memory large enough (a shard's replaced array) that
+    /// the next guards to unpin collect until it is freed, rather than wait for a batch.
+    ///
+    /// # Safety
+    /// As for [`defer`](Self::defer).
+    #[allow(unsafe_code)]
+    pub unsafe fn defer_large(&self, free: impl FnOnce() + Send + 'static) {
+        COLLECTOR.push(true, Box::new(free));
     }
 
     /// Seals what was deferred, advances the epoch if every pinned thread allows it, and
@@ -232,7 +243,7 @@ impl Collector {
     fn new() -> Collector {
         Collector {
             epoch: AtomicU64::new(0),
-            pending: AtomicUsize::new(0),
+            due: AtomicBool::new(false),
             #[cfg(slidegate_loom)]
             pins: AtomicU64::new(0),
             slots: Mutex::new(Vec::new()),
@@ -244,6 +255,19 @@ impl Collector {
         let slot = Arc::new(CachePadded::new(AtomicU64::new(0)));
         self.slots.lock().unwrap_or_else(PoisonError::into_inner).push(Arc::clone(&slot));
         slot
+    }
+
+    fn push(&self, large: bool, free: Deferred) {
+        let mut garbage = self.lock_garbage();
+        garbage.pending.push((large, free));
+        garbage.large = garbage.large.saturating_add(usize::from(large));
+        self.set_due(&garbage);
+    }
+
+    /// Publishes whether a collection is due (under the garbage's lock). Relaxed: a hint
+    /// for `exit`; `collect` decides under the lock.
+    fn set_due(&self, garbage: &Garbage) {
+        self.due.store(garbage.pending.len() >= BATCH || garbage.large > 0, Ordering::Relaxed);
     }
 
     fn lock_garbage(&self) -> crate::sync::MutexGuard<'_, Garbage> {
@@ -265,14 +289,17 @@ impl Collector {
                 let epoch = self.epoch.load(Ordering::Relaxed);
                 let bag = mem::take(&mut garbage.pending);
                 garbage.sealed.push((epoch, bag));
-                self.pending.store(0, Ordering::Relaxed);
             }
             let now = self.try_advance();
             let old = garbage.sealed.iter().take_while(|(sealed, _)| sealed.saturating_add(2) <= now).count();
-            garbage.sealed.drain(..old).flat_map(|(_, bag)| bag).collect::<Vec<_>>()
+            let ready: Vec<_> = garbage.sealed.drain(..old).flat_map(|(_, bag)| bag).collect();
+            let large = ready.iter().filter(|(large, _)| *large).count();
+            garbage.large = garbage.large.saturating_sub(large);
+            self.set_due(&garbage);
+            ready
         };
         // Outside the lock: a deferred function may drop something that defers again.
-        for free in ready {
+        for (_, free) in ready {
             free();
         }
     }

@@ -5,11 +5,11 @@
 //! (`crossbeam-utils` follows with `--cfg crossbeam_loom`.)
 
 #[cfg(not(slidegate_loom))]
-pub(crate) use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 #[cfg(not(slidegate_loom))]
 pub(crate) use std::sync::{Mutex, MutexGuard};
 
 #[cfg(slidegate_loom)]
-pub(crate) use loom::sync::atomic::{fence, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 #[cfg(slidegate_loom)]
 pub(crate) use loom::sync::{Mutex, MutexGuard};

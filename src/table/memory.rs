@@ -101,7 +101,7 @@ impl<K: Send + Sync + 'static> Shard<K> {
         // retired on their own) only after they unpin.
         #[allow(unsafe_code)]
         unsafe {
-            guard.defer(move || {
+            guard.defer_large(move || {
                 let old = old;
                 drop(Box::from_raw(old.0));
             });
