@@ -308,13 +308,21 @@ impl<'a> KeyState<'a> {
             if A::retired(&view) {
                 return Outcome::Retired;
             }
-            let admits = A::admits(rule, &view, cost);
-            if !admits || !commit || cost == 0 {
-                // `from_ref`, not `&[view]`: a copy of the view just written stalls on its stores.
-                match self.decide::<A>(policy, std::slice::from_ref(&view), now, cost, admits, &mut retries) {
-                    Some(decision) => return Outcome::Decided(decision),
-                    None => continue,
-                }
+            if !A::admits(rule, &view, cost) {
+                // `decide` for one limit, without its loops: the path of a key under attack.
+                let at = match A::admissible_at(self, rule, &view, cost) {
+                    Ok(at) => at,
+                    Err(_) if retries > 0 => {
+                        retries = retries.saturating_sub(1);
+                        continue;
+                    }
+                    Err(later) => later,
+                };
+                let remaining = A::room(rule, &view, 0);
+                return Outcome::Decided(Decision::limited(0, remaining, at.saturating_sub(now)));
+            }
+            if !commit || cost == 0 {
+                return Outcome::Decided(Decision::allowed(A::room(rule, &view, cost), 0));
             }
             if !self.cover::<A>(&mut touched, now, rule, &view, cost) {
                 return Outcome::Retired;

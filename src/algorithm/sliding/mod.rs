@@ -124,9 +124,27 @@ pub(crate) struct View {
     oldest: u64,
     /// A saturated slot is among the closed ones wholly inside the window (`full` counts
     /// its entry's width; a `sum` written from this view is marked saturated).
-    saturated: bool,
+    saturated: Flag,
     /// The key is expired: every count is zero.
-    expired: bool,
+    expired: Flag,
+}
+
+/// A view's flag as a whole word. A view is returned through memory and copied word by
+/// word; a flag stored as a byte just before stalls that copy (the load cannot be served
+/// from the narrower store), which measured as a fifth of a refusal's view in older slots.
+#[derive(Debug, Clone, Copy, Default)]
+struct Flag(u64);
+
+impl Flag {
+    #[inline(always)]
+    fn of(set: bool) -> Flag {
+        Flag(u64::from(set))
+    }
+
+    #[inline(always)]
+    fn get(self) -> bool {
+        self.0 != 0
+    }
 }
 
 impl View {
@@ -138,7 +156,8 @@ impl View {
     )]
     fn closing(&self, rule: &Rule) -> Option<(u64, u64)> {
         let behind = tag_distance(self.slot as u32, tag_of(self.seen));
-        (behind > 0 && !self.expired).then(|| (self.slot - behind as u64, closed_count(rule, self.seen)))
+        (behind > 0 && !self.expired.get())
+            .then(|| (self.slot - behind as u64, closed_count(rule, self.seen)))
     }
 
     /// The weight (out of `precision`) with which the oldest slot still counts.
@@ -189,7 +208,7 @@ impl View {
     fn used(&self, rule: &Rule) -> u64 {
         // `as_oldest` weighs a saturated oldest slot, and only a saturated one, above any
         // entry's width.
-        if self.saturated || self.oldest > rule.entry_most || current_saturated(rule, self.current) {
+        if self.saturated.get() || self.oldest > rule.entry_most || current_saturated(rule, self.current) {
             return u64::MAX;
         }
         let whole = self.current.saturating_add(self.full);
@@ -216,6 +235,12 @@ impl View {
             Err(_) => u64::try_from(faded.div_ceil(u128::from(rule.precision))).unwrap_or(u64::MAX),
         }
     }
+}
+
+/// `(full, saturated)` with the flag as a [`Flag`].
+#[inline(always)]
+fn flagged((full, saturated): (u64, bool)) -> (u64, Flag) {
+    (full, Flag::of(saturated))
 }
 
 /// The sliding-window counter (interpolated or strict): the module docs describe it.
@@ -296,7 +321,7 @@ impl Words<'_> {
         // adopts a later slot from a ring word's or `sum`'s tag needs no more than this.
         let seen = self.word(rule.at).load(Ordering::Acquire);
         if expired {
-            return View { slot, elapsed, seen, expired, ..View::default() };
+            return View { slot, elapsed, seen, expired: Flag::of(true), ..View::default() };
         }
         if tag_of(seen) == slot as u32 {
             // The common case, an open slot: three words, whatever the window's length.
@@ -310,7 +335,16 @@ impl Words<'_> {
                 tag_of(sum) == slot as u32 && count_of(sum) != SUM_SATURATED,
             ) {
                 let (current, full, oldest) = (count_of(seen), count_of(sum), as_oldest(rule, oldest));
-                return View { slot, elapsed, seen, current, full, oldest, saturated: false, expired };
+                return View {
+                    slot,
+                    elapsed,
+                    seen,
+                    current,
+                    full,
+                    oldest,
+                    saturated: Flag(0),
+                    expired: Flag::of(expired),
+                };
             }
         }
         self.view_slow(rule, slot, elapsed, seen)
@@ -321,9 +355,12 @@ impl Words<'_> {
     #[cold]
     #[inline(never)]
     fn view_slow(&self, rule: &Rule, mut slot: u64, mut elapsed: u64, seen: u64) -> View {
+        let mut view = View::default();
         loop {
-            match self.view_at(rule, slot, elapsed, seen) {
-                Ok(view) => return view,
+            // Filled in place, not returned in a `Result`: copying a view whose flags were
+            // just stored byte by byte stalls on those stores (store forwarding fails).
+            match self.view_at(rule, slot, elapsed, seen, &mut view) {
+                Ok(()) => return view,
                 // Another thread already works in a later slot: time is at least there.
                 Err(later) => (slot, elapsed) = (later, 0),
             }
@@ -336,12 +373,12 @@ impl Words<'_> {
         clippy::arithmetic_side_effects,
         reason = "slots are below 2⁴⁵ and at least ring (module docs); tag distances are below 2³¹"
     )]
-    fn view_at(&self, rule: &Rule, slot: u64, elapsed: u64, seen: u64) -> Result<View, u64> {
+    fn view_at(&self, rule: &Rule, slot: u64, elapsed: u64, seen: u64, view: &mut View) -> Result<(), u64> {
         let behind = tag_distance(slot as u32, tag_of(seen));
         if behind < 0 {
             return Err(slot + behind.unsigned_abs());
         }
-        let mut view = View { slot, elapsed, seen, ..View::default() };
+        *view = View { slot, elapsed, seen, ..View::default() };
         let oldest = slot - rule.slots;
         if behind == 0 {
             view.current = count_of(seen);
@@ -356,16 +393,16 @@ impl Words<'_> {
                     // A saturated sum (more than 2³²−1 units over the window, or a saturated
                     // slot in it) no longer says how many: add the ring up instead.
                     0 if count_of(sum) == SUM_SATURATED => {
-                        (view.full, view.saturated) = self.closed_units(rule, &view)?;
+                        (view.full, view.saturated) = flagged(self.closed_units(rule, view)?);
                     }
                     0 => view.full = count_of(sum),
                     d if d > 0 => return Err(slot + d as u64),
                     // Never written for this slot (cannot happen after `reset`/`commit`,
                     // which write it before `cur`): add the ring up instead.
-                    _ => (view.full, view.saturated) = self.closed_units(rule, &view)?,
+                    _ => (view.full, view.saturated) = flagged(self.closed_units(rule, view)?),
                 }
             }
-            return Ok(view);
+            return Ok(());
         }
         // `cur` holds an older slot: this check would close it. Read the window from the
         // ring with that slot's count in place of what the ring has for it (once per slot).
@@ -378,11 +415,11 @@ impl Words<'_> {
                 Hist::Newer(newer) => return Err(newer + 1),
             },
         };
-        (view.full, view.saturated) = match self.carried_sum(rule, &view, closed, units)? {
+        (view.full, view.saturated) = flagged(match self.carried_sum(rule, view, closed, units)? {
             Some(full) => (full, false),
-            None => self.closed_units(rule, &view)?,
-        };
-        Ok(view)
+            None => self.closed_units(rule, view)?,
+        });
+        Ok(())
     }
 
     /// `full` for the slot `view` moves to, carried over from the `sum` of the slot `cur`
@@ -490,7 +527,7 @@ impl Words<'_> {
             }
             if let Some(at) = rule.sum_word() {
                 // A sum with a saturated slot in it is saturated (module docs).
-                let full = if view.saturated { SUM_SATURATED } else { view.full };
+                let full = if view.saturated.get() { SUM_SATURATED } else { view.full };
                 self.raise_sum(at, pack(view.slot, full));
             }
         }

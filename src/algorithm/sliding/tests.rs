@@ -104,3 +104,66 @@ fn a_stale_closer_during_a_wait() {
     let at = words.admissible_at(rule, &view, 7).unwrap_or_else(|at| at);
     assert!(Duration::from_nanos(at) >= Duration::from_secs(68), "the wait of a request of 7: {at} ns");
 }
+
+/// The wait of a burst in one slot, worked out in closed form, against the walk over the
+/// window, on random histories: limits of one to sixty slots, interpolated and strict, 8-,
+/// 16- and 32-bit entries, saturated ones among them (`record`), refusals in the slot of the burst and slots after it (the move
+/// not yet made, so the burst is the slot `cur` would close), requests of several units.
+#[test]
+fn the_wait_of_a_burst_is_the_walks() {
+    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut next = move |below: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % below
+    };
+    let mut compared = 0;
+    for case in 0..5_000 {
+        let max = [1, 2, 5, 40, 300, 70_000].get(case % 6).copied().unwrap_or(1);
+        let limit = match case % 4 {
+            0 => Limit::per_second(max),
+            1 => Limit::per_minute(max),
+            2 => Limit::per_minute(max).precision(Duration::from_secs(20)),
+            _ => Limit::per_second(max).precision(Duration::from_millis(250)),
+        };
+        let limit = if case % 3 == 0 { limit.strict() } else { limit };
+        let policy = Policy::new(&[limit]).unwrap_or_else(|e| panic!("{e}"));
+        let owned = OwnedState::new(&policy, 0);
+        let state = owned.state();
+        let words: &Words = &state;
+        let Some(rule) = policy.rules.first() else { panic!("one limit") };
+        let window = rule.precision * rule.slots;
+        let mut now = 3 * window + next(window);
+        for _ in 0..1 + next(case as u64 % 3 * 3 + 1) {
+            let units = 1 + next(max);
+            for _ in 0..units {
+                let _ = admit(words, rule, now);
+            }
+            if next(6) == 0 {
+                // Units admitted elsewhere (`record`): more than an 8-bit entry holds.
+                while !words.commit(rule, &words.view(rule, now, false), 300) {}
+            }
+            now += next(2 * window / 3 + 1);
+        }
+        for _ in 0..6 {
+            now += next(window / 2 + 1);
+            let view = words.view(rule, now, false);
+            let cost = 1 + next(max.min(3));
+            if view.admits(rule, cost) {
+                continue;
+            }
+            let fast = words.admissible_at(rule, &view, cost);
+            super::wait::WALK_ONLY.with(|walk| walk.set(true));
+            let walked = words.admissible_at(rule, &view, cost);
+            super::wait::WALK_ONLY.with(|walk| walk.set(false));
+            assert_eq!(fast, walked, "case {case}: {limit:?}, cost {cost}, at {now} ns, {view:?}");
+            compared += 1;
+        }
+    }
+    let short = super::wait::SHORTCUTS.with(std::cell::Cell::get);
+    assert!(
+        compared > 3_000 && short > 1_000,
+        "{compared} refusals compared, {short} of a burst in one slot"
+    );
+}
