@@ -136,10 +136,10 @@ fn the_wait_of_a_burst_is_the_walks() {
         let window = rule.precision * rule.slots;
         let mut now = 3 * window + next(window);
         for _ in 0..1 + next(case as u64 % 3 * 3 + 1) {
-            let units = 1 + next(max);
-            for _ in 0..units {
-                let _ = admit(words, rule, now);
-            }
+            // A burst: as much of a request of up to `max` units as fits, in one commit.
+            let view = words.view(rule, now, false);
+            let units = (1 + next(max)).min(view.room(rule, 0));
+            while units > 0 && !words.commit(rule, &words.view(rule, now, false), units) {}
             if next(6) == 0 {
                 // Units admitted elsewhere (`record`): more than an 8-bit entry holds.
                 while !words.commit(rule, &words.view(rule, now, false), 300) {}

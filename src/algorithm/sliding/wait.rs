@@ -75,11 +75,13 @@ impl Words<'_> {
         let shortcut = !WALK_ONLY.with(std::cell::Cell::get);
         #[cfg(not(test))]
         let shortcut = true;
-        if shortcut && left == 0 && view.oldest == 0 && tail_units > room {
-            // Every unit in the window sits in the tail's slot, too many to leave room (a
-            // burst refused again and again): nothing fits until the tail is the oldest slot,
-            // where its weight falls until `cost` fits. The walk below comes to the same
-            // answer (`tests.rs` holds the two together); this reads no ring word.
+        if shortcut && left == 0 && tail_units > room {
+            // The slots before the tail that are wholly inside the window are empty, and the
+            // tail alone leaves no room (a burst refused again and again): nothing fits until
+            // the tail is the oldest slot (the oldest slot now, whatever it holds, is gone
+            // long before), where its weight falls until `cost` fits. The walk below comes to
+            // the same answer, by the same two jumps (`tests.rs` holds the two together);
+            // this reads no ring word.
             #[cfg(test)]
             SHORTCUTS.with(|taken| taken.set(taken.get() + 1));
             let oldest = tail + rule.slots;
