@@ -108,7 +108,8 @@ fn a_stale_closer_during_a_wait() {
 /// The wait of a burst in one slot, worked out in closed form, against the walk over the
 /// window, on random histories: limits of one to sixty slots, interpolated and strict, 8-,
 /// 16- and 32-bit entries, saturated ones among them (`record`), refusals in the slot of the burst and slots after it (the move
-/// not yet made, so the burst is the slot `cur` would close), requests of several units.
+/// not yet made, so the burst is the slot `cur` would close), requests of up to `max` units,
+/// and checks that move the key on between a refusal's view and its wait.
 #[test]
 fn the_wait_of_a_burst_is_the_walks() {
     let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
@@ -149,9 +150,16 @@ fn the_wait_of_a_burst_is_the_walks() {
         for _ in 0..6 {
             now += next(window / 2 + 1);
             let view = words.view(rule, now, false);
-            let cost = 1 + next(max.min(3));
+            let most = if next(2) == 0 { max } else { max.min(3) };
+            let cost = 1 + next(most);
             if view.admits(rule, cost) {
                 continue;
+            }
+            if next(3) == 0 {
+                // A racing check moves the key on between the view and its wait, reusing
+                // ring positions the walk may read (then both answers must say so).
+                let later = now + next(2 * window);
+                while !words.commit(rule, &words.view(rule, later, false), 1) {}
             }
             let fast = words.admissible_at(rule, &view, cost);
             super::wait::WALK_ONLY.with(|walk| walk.set(true));
