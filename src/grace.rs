@@ -116,7 +116,7 @@ pub struct Guard {
 }
 
 /// Pins the current thread.
-#[inline]
+#[inline(always)]
 pub fn pin() -> Guard {
     match LOCAL.try_with(Local::enter) {
         Ok(()) => Guard { own: None, _thread: PhantomData },
@@ -129,7 +129,7 @@ pub fn pin() -> Guard {
 }
 
 /// Marks `slot` pinned at the current epoch, then the reader's half of the fence pair.
-#[inline]
+#[inline(always)]
 fn enter_slot(slot: &Slot) {
     // Relaxed: which epoch a pin reads only decides how long its garbage waits; the
     // fence below orders the slot's store before the reader's loads (module docs).
@@ -154,7 +154,7 @@ impl Local {
         Local { slot: COLLECTOR.register(), depth: Cell::new(0) }
     }
 
-    #[inline]
+    #[inline(always)]
     fn enter(&self) {
         let depth = self.depth.get();
         if depth == 0 {
@@ -164,7 +164,7 @@ impl Local {
         self.depth.set(depth.wrapping_add(1));
     }
 
-    #[inline]
+    #[inline(always)]
     fn exit(&self) {
         let depth = self.depth.get().wrapping_sub(1);
         self.depth.set(depth);
@@ -194,7 +194,7 @@ impl Drop for Local {
 }
 
 impl Drop for Guard {
-    #[inline]
+    #[inline(always)]
     fn drop(&mut self) {
         match self.own.take() {
             None => {
