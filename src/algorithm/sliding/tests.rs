@@ -175,3 +175,66 @@ fn the_wait_of_a_burst_is_the_walks() {
         "{compared} refusals compared, {short} of a burst in one slot"
     );
 }
+
+/// The ring's count of a run of slots, a word at a time (`older_units`), against reading
+/// each slot's entry on its own, on random rings: every width and packing, runs that wrap
+/// at the ring's end, and slots a later move has taken over, a lap later or not yet
+/// written (both say `None`).
+#[test]
+fn the_ring_counted_a_word_at_a_time() {
+    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+    let mut next = move |below: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % below
+    };
+    let (mut compared, mut lost) = (0, 0);
+    for case in 0..2_000 {
+        let max = [1, 3, 200, 300, 60_000, 70_000].get(case % 6).copied().unwrap_or(1);
+        let limit = match case % 3 {
+            0 => Limit::per_minute(max),
+            1 => Limit::per_minute(max).precision(Duration::from_secs(4)),
+            _ => Limit::per_second(max).precision(Duration::from_millis(100)),
+        };
+        let policy = Policy::new(&[limit]).unwrap_or_else(|e| panic!("{e}"));
+        let owned = OwnedState::new(&policy, 0);
+        let state = owned.state();
+        let words: &Words = &state;
+        let Some(rule) = policy.rules.first() else { panic!("one limit") };
+        let window = rule.precision * rule.slots;
+        let mut now = 2 * window;
+        for _ in 0..next(200) {
+            now += next(rule.precision * 3);
+            let view = words.view(rule, now, false);
+            let units = (1 + next(max)).min(view.room(rule, 0));
+            while units > 0 && !words.commit(rule, &words.view(rule, now, false), units) {}
+        }
+        let view = words.view(rule, now, false);
+        for _ in 0..8 {
+            let first = view.slot + 1 - rule.slots + next(rule.slots);
+            let end = first + next(view.slot + 2 - first);
+            let position = rule.by_ring.rem(first);
+            if next(3) == 0 {
+                // A later check moves the key on first, and may reuse positions of the run.
+                now += next(2 * window);
+                while !words.commit(rule, &words.view(rule, now, false), 0) {}
+            }
+            let by_entry = (first..end).try_fold(0u64, |sum, i| {
+                let (at, shift) = rule.position(i);
+                held(rule, words.word(at).load(Ordering::Relaxed), i, shift).map(|units| sum + units)
+            });
+            assert_eq!(
+                words.older_units(rule, first..end, position),
+                by_entry,
+                "case {case}: {limit:?}, slots {first}..{end}"
+            );
+            compared += 1;
+            lost += u64::from(by_entry.is_none());
+        }
+    }
+    assert!(
+        compared > 10_000 && lost > 100,
+        "{compared} runs compared, {lost} of them over a reused position"
+    );
+}

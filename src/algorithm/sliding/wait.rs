@@ -134,15 +134,42 @@ impl Words<'_> {
     /// `position`), or `None` if a position holds another slot (a racing move reused it).
     #[allow(
         clippy::arithmetic_side_effects,
-        reason = "at most MAX_SLOTS 32-bit counts; positions below ring"
+        reason = "at most MAX_SLOTS 32-bit counts; positions below ring; within < per_word ≤ 6, width ≤ 32"
     )]
-    fn older_units(&self, rule: &Rule, slots: std::ops::Range<u64>, mut position: u64) -> Option<u64> {
-        let mut units = 0u64;
-        for i in slots {
-            let (at, shift) = rule.place(position as usize);
+    pub(super) fn older_units(
+        &self,
+        rule: &Rule,
+        slots: std::ops::Range<u64>,
+        mut position: u64,
+    ) -> Option<u64> {
+        // A word at a time: one load, one check of its tag, and its entries added up.
+        let (per_word, width) = (rule.ring_word.per_word(rule.entries_log) as u64, 32 >> rule.entries_log);
+        let (mut at, shift) = rule.place(position as usize);
+        let mut within = u64::from(shift / width);
+        let (mut i, mut units) = (slots.start, 0u64);
+        while i < slots.end {
+            // The slots from `i` to `last` share this word.
+            let n = (per_word - within).min(rule.ring - position).min(slots.end - i);
+            let last = i + n - 1;
             // Relaxed: ordered by the Acquire load of `cur` in `view`.
-            units += held(rule, self.word(at).load(Ordering::Relaxed), i, shift)?;
-            position = rule.next_position(position);
+            let word = self.word(at).load(Ordering::Relaxed);
+            // Each of them is held (`held`: the tag is that slot or up to `ring − 1` later)
+            // exactly when the first is no more than `ring − 1` behind the tag and the last
+            // not after it: the distances fall by one from slot to slot.
+            if rule.ring_distance(word, last) < 0 || rule.ring_distance(word, i) >= rule.ring as i64 {
+                return None;
+            }
+            let mut lanes = word >> (within as u32 * width);
+            for _ in 0..n {
+                units += lanes & rule.entry_most;
+                lanes >>= width;
+            }
+            (i, position, within) = (i + n, position + n, 0);
+            if position == rule.ring {
+                (position, at) = (0, rule.ring_at);
+            } else {
+                at += 1;
+            }
         }
         Some(units)
     }
