@@ -105,6 +105,22 @@ fn a_stale_closer_during_a_wait() {
     assert!(Duration::from_nanos(at) >= Duration::from_secs(68), "the wait of a request of 7: {at} ns");
 }
 
+/// A deterministic stream of draws below a bound (xorshift from `seed`).
+fn draws(mut seed: u64) -> impl FnMut(u64) -> u64 {
+    move |below: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed.checked_rem(below).unwrap_or(0)
+    }
+}
+
+/// A burst at `now`: as much of a request of `units` as fits, in one commit.
+fn burst(words: &Words, rule: &Rule, now: u64, units: u64) {
+    let units = units.min(words.view(rule, now, false).room(rule, 0));
+    while units > 0 && !words.commit(rule, &words.view(rule, now, false), units) {}
+}
+
 /// The wait of a burst in one slot, worked out in closed form, against the walk over the
 /// window, on random histories: limits of one to sixty slots, interpolated and strict, 8-,
 /// 16- and 32-bit entries, saturated ones among them (`record`), refusals in the slot of the burst and slots after it (the move
@@ -112,13 +128,7 @@ fn a_stale_closer_during_a_wait() {
 /// and checks that move the key on between a refusal's view and its wait.
 #[test]
 fn the_wait_of_a_burst_is_the_walks() {
-    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
-    let mut next = move |below: u64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed % below
-    };
+    let mut next = draws(0x9e37_79b9_7f4a_7c15);
     let mut compared = 0;
     for case in 0..5_000 {
         let max = [1, 2, 5, 40, 300, 70_000].get(case % 6).copied().unwrap_or(1);
@@ -137,10 +147,7 @@ fn the_wait_of_a_burst_is_the_walks() {
         let window = rule.precision * rule.slots;
         let mut now = 3 * window + next(window);
         for _ in 0..1 + next(case as u64 % 3 * 3 + 1) {
-            // A burst: as much of a request of up to `max` units as fits, in one commit.
-            let view = words.view(rule, now, false);
-            let units = (1 + next(max)).min(view.room(rule, 0));
-            while units > 0 && !words.commit(rule, &words.view(rule, now, false), units) {}
+            burst(words, rule, now, 1 + next(max));
             if next(6) == 0 {
                 // Units admitted elsewhere (`record`): more than an 8-bit entry holds.
                 while !words.commit(rule, &words.view(rule, now, false), 300) {}
@@ -182,13 +189,7 @@ fn the_wait_of_a_burst_is_the_walks() {
 /// written (both say `None`).
 #[test]
 fn the_ring_counted_a_word_at_a_time() {
-    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
-    let mut next = move |below: u64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed % below
-    };
+    let mut next = draws(0x2545_f491_4f6c_dd1d);
     let (mut compared, mut lost) = (0, 0);
     for case in 0..2_000 {
         let max = [1, 3, 200, 300, 60_000, 70_000].get(case % 6).copied().unwrap_or(1);
@@ -206,9 +207,7 @@ fn the_ring_counted_a_word_at_a_time() {
         let mut now = 2 * window;
         for _ in 0..next(200) {
             now += next(rule.precision * 3);
-            let view = words.view(rule, now, false);
-            let units = (1 + next(max)).min(view.room(rule, 0));
-            while units > 0 && !words.commit(rule, &words.view(rule, now, false), units) {}
+            burst(words, rule, now, 1 + next(max));
         }
         let view = words.view(rule, now, false);
         for _ in 0..8 {
