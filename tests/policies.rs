@@ -636,10 +636,13 @@ const BOUND: u64 = 100;
 fn hammer(limiter: &Limiter<u64>, changes: usize, change: impl Fn(usize)) -> [u64; KEYS.len()] {
     let barrier = Barrier::new(THREADS + 1);
     let done = AtomicBool::new(false);
+    // Checks made: the changes end only once the checkers have run (on a loaded machine the
+    // changer can otherwise finish before they get a core, and the run admits nothing).
+    let checks = AtomicU64::new(0);
     let admitted: [AtomicU64; KEYS.len()] = Default::default();
     thread::scope(|s| {
         for t in 0..THREADS {
-            let (barrier, done, admitted) = (&barrier, &done, &admitted);
+            let (barrier, done, admitted, checks) = (&barrier, &done, &admitted, &checks);
             s.spawn(move || {
                 let mut mine = [0u64; KEYS.len()];
                 let mut rng = Rng(t as u64 + 1);
@@ -649,6 +652,7 @@ fn hammer(limiter: &Limiter<u64>, changes: usize, change: impl Fn(usize)) -> [u6
                 while !done.load(Ordering::Acquire) {
                     n += 1;
                     if n % 32 == 0 {
+                        checks.fetch_add(32, Ordering::Relaxed);
                         thread::yield_now();
                     }
                     let a = rng.below(KEYS.len() as u64) as usize;
@@ -675,6 +679,9 @@ fn hammer(limiter: &Limiter<u64>, changes: usize, change: impl Fn(usize)) -> [u6
             if i % 16 == 0 {
                 thread::yield_now();
             }
+        }
+        while checks.load(Ordering::Relaxed) < 64 * THREADS as u64 {
+            thread::yield_now();
         }
         done.store(true, Ordering::Release);
     });
