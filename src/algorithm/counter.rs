@@ -283,8 +283,16 @@ pub(crate) enum RingWord {
     /// argue).
     Narrow,
 }
-
 impl RingWord {
+    /// The bits a word's entries take: the low 32 of a wide word, the low 48 of a narrow one.
+    #[inline]
+    pub(crate) fn entry_bits(self) -> u32 {
+        match self {
+            RingWord::Wide => 32,
+            RingWord::Narrow => 48,
+        }
+    }
+
     /// Entries to a word at the width `entries_log` codes (8, 16 or 32 bits; a narrow word
     /// never holds 32-bit entries, `layout.rs`).
     #[inline]

@@ -105,6 +105,15 @@ fn a_stale_closer_during_a_wait() {
     assert!(Duration::from_nanos(at) >= Duration::from_secs(68), "the wait of a request of 7: {at} ns");
 }
 
+/// Runs `body` on the words of a fresh key under a policy of `limit` alone, and its rule.
+fn on_one_limit<T>(limit: Limit, body: impl FnOnce(&Words, &Rule) -> T) -> T {
+    let policy = Policy::new(&[limit]).unwrap_or_else(|e| panic!("{e}"));
+    let owned = OwnedState::new(&policy, 0);
+    let state = owned.state();
+    let Some(rule) = policy.rules.first() else { panic!("one limit") };
+    body(&state, rule)
+}
+
 /// A deterministic stream of draws below a bound (xorshift from `seed`).
 fn draws(mut seed: u64) -> impl FnMut(u64) -> u64 {
     move |below: u64| {
@@ -119,6 +128,48 @@ fn draws(mut seed: u64) -> impl FnMut(u64) -> u64 {
 fn burst(words: &Words, rule: &Rule, now: u64, units: u64) {
     let units = units.min(words.view(rule, now, false).room(rule, 0));
     while units > 0 && !words.commit(rule, &words.view(rule, now, false), units) {}
+}
+
+/// Six refusals on `words`, each up to `step` ns after the last, of up to `max` units (or
+/// up to 3): the wait worked out as it is against the wait with `slower` set (the same
+/// answer the long way). Before some of them (`race`), a check at a later time moves the
+/// key on between the refusal's view and its wait, reusing ring positions the walk may read
+/// (then both answers must say so). A request that fits is admitted if `admit`, else
+/// skipped. Returns the refusals compared.
+#[allow(clippy::arithmetic_side_effects, reason = "times and counts far below 2⁶⁴, as in the tests")]
+fn refusals(
+    words: &Words,
+    rule: &Rule,
+    (next, mut now, step): (&mut dyn FnMut(u64) -> u64, u64, u64),
+    race: impl Fn(&mut dyn FnMut(u64) -> u64) -> bool,
+    admit: bool,
+    slower: &'static std::thread::LocalKey<std::cell::Cell<bool>>,
+) -> usize {
+    let window = rule.precision * rule.slots;
+    let mut compared = 0;
+    for _ in 0..6 {
+        now += next(step);
+        let view = words.view(rule, now, false);
+        let most = if next(2) == 0 { rule.max } else { rule.max.min(3) };
+        let cost = 1 + next(most);
+        if view.admits(rule, cost) {
+            if admit {
+                burst(words, rule, now, cost);
+            }
+            continue;
+        }
+        if race(next) {
+            let later = now + next(2 * window);
+            while !words.commit(rule, &words.view(rule, later, false), 1) {}
+        }
+        let fast = words.admissible_at(rule, &view, cost);
+        slower.with(|set| set.set(true));
+        let slow = words.admissible_at(rule, &view, cost);
+        slower.with(|set| set.set(false));
+        assert_eq!(fast, slow, "{rule:?}, cost {cost}, at {now} ns, {view:?}");
+        compared += 1;
+    }
+    compared
 }
 
 /// The wait of a burst in one slot, worked out in closed form, against the walk over the
@@ -139,42 +190,21 @@ fn the_wait_of_a_burst_is_the_walks() {
             _ => Limit::per_second(max).precision(Duration::from_millis(250)),
         };
         let limit = if case % 3 == 0 { limit.strict() } else { limit };
-        let policy = Policy::new(&[limit]).unwrap_or_else(|e| panic!("{e}"));
-        let owned = OwnedState::new(&policy, 0);
-        let state = owned.state();
-        let words: &Words = &state;
-        let Some(rule) = policy.rules.first() else { panic!("one limit") };
-        let window = rule.precision * rule.slots;
-        let mut now = 3 * window + next(window);
-        for _ in 0..1 + next(case as u64 % 3 * 3 + 1) {
-            burst(words, rule, now, 1 + next(max));
-            if next(6) == 0 {
-                // Units admitted elsewhere (`record`): more than an 8-bit entry holds.
-                while !words.commit(rule, &words.view(rule, now, false), 300) {}
+        on_one_limit(limit, |words, rule| {
+            let window = rule.precision * rule.slots;
+            let mut now = 3 * window + next(window);
+            for _ in 0..1 + next(case as u64 % 3 * 3 + 1) {
+                burst(words, rule, now, 1 + next(max));
+                if next(6) == 0 {
+                    // Units admitted elsewhere (`record`): more than an 8-bit entry holds.
+                    while !words.commit(rule, &words.view(rule, now, false), 300) {}
+                }
+                now += next(2 * window / 3 + 1);
             }
-            now += next(2 * window / 3 + 1);
-        }
-        for _ in 0..6 {
-            now += next(window / 2 + 1);
-            let view = words.view(rule, now, false);
-            let most = if next(2) == 0 { max } else { max.min(3) };
-            let cost = 1 + next(most);
-            if view.admits(rule, cost) {
-                continue;
-            }
-            if next(3) == 0 {
-                // A racing check moves the key on between the view and its wait, reusing
-                // ring positions the walk may read (then both answers must say so).
-                let later = now + next(2 * window);
-                while !words.commit(rule, &words.view(rule, later, false), 1) {}
-            }
-            let fast = words.admissible_at(rule, &view, cost);
-            super::wait::WALK_ONLY.with(|walk| walk.set(true));
-            let walked = words.admissible_at(rule, &view, cost);
-            super::wait::WALK_ONLY.with(|walk| walk.set(false));
-            assert_eq!(fast, walked, "case {case}: {limit:?}, cost {cost}, at {now} ns, {view:?}");
-            compared += 1;
-        }
+            let race = |next: &mut dyn FnMut(u64) -> u64| next(3) == 0;
+            compared +=
+                refusals(words, rule, (&mut next, now, window / 2 + 1), race, false, &super::wait::WALK_ONLY);
+        });
     }
     let short = super::wait::SHORTCUTS.with(std::cell::Cell::get);
     assert!(
@@ -198,42 +228,87 @@ fn the_ring_counted_a_word_at_a_time() {
             1 => Limit::per_minute(max).precision(Duration::from_secs(4)),
             _ => Limit::per_second(max).precision(Duration::from_millis(100)),
         };
-        let policy = Policy::new(&[limit]).unwrap_or_else(|e| panic!("{e}"));
-        let owned = OwnedState::new(&policy, 0);
-        let state = owned.state();
-        let words: &Words = &state;
-        let Some(rule) = policy.rules.first() else { panic!("one limit") };
-        let window = rule.precision * rule.slots;
-        let mut now = 2 * window;
-        for _ in 0..next(200) {
-            now += next(rule.precision * 3);
-            burst(words, rule, now, 1 + next(max));
-        }
-        let view = words.view(rule, now, false);
-        for _ in 0..8 {
-            let first = view.slot + 1 - rule.slots + next(rule.slots);
-            let end = first + next(view.slot + 2 - first);
-            let position = rule.by_ring.rem(first);
-            if next(3) == 0 {
-                // A later check moves the key on first, and may reuse positions of the run.
-                now += next(2 * window);
-                while !words.commit(rule, &words.view(rule, now, false), 0) {}
+        on_one_limit(limit, |words, rule| {
+            let window = rule.precision * rule.slots;
+            let mut now = 2 * window;
+            for _ in 0..next(200) {
+                now += next(rule.precision * 3);
+                burst(words, rule, now, 1 + next(max));
             }
-            let by_entry = (first..end).try_fold(0u64, |sum, i| {
-                let (at, shift) = rule.position(i);
-                held(rule, words.word(at).load(Ordering::Relaxed), i, shift).map(|units| sum + units)
-            });
-            assert_eq!(
-                words.older_units(rule, first..end, position),
-                by_entry,
-                "case {case}: {limit:?}, slots {first}..{end}"
-            );
-            compared += 1;
-            lost += u64::from(by_entry.is_none());
-        }
+            let view = words.view(rule, now, false);
+            for _ in 0..8 {
+                let first = view.slot + 1 - rule.slots + next(rule.slots);
+                let end = first + next(view.slot + 2 - first);
+                let position = rule.by_ring.rem(first);
+                if next(3) == 0 {
+                    // A later check moves the key on first, and may reuse positions of the run.
+                    now += next(2 * window);
+                    while !words.commit(rule, &words.view(rule, now, false), 0) {}
+                }
+                let by_entry = (first..end).try_fold(0u64, |sum, i| {
+                    let (at, shift) = rule.position(i);
+                    held(rule, words.word(at).load(Ordering::Relaxed), i, shift).map(|units| sum + units)
+                });
+                assert_eq!(
+                    words.older_units(rule, first..end, position),
+                    by_entry,
+                    "case {case}: {limit:?}, slots {first}..{end}"
+                );
+                compared += 1;
+                lost += u64::from(by_entry.is_none());
+            }
+        });
     }
     assert!(
         compared > 10_000 && lost > 100,
         "{compared} runs compared, {lost} of them over a reused position"
+    );
+}
+
+/// The walk taking the ring's slots a word at a time while the window stays over the room
+/// (`slide`'s runs), against taking them one by one, on histories spread over the window:
+/// every width and packing, interpolated and strict, runs that wrap at the ring's end,
+/// rolled-back units (entries above what the sum counts), requests of up to `max` units,
+/// and checks that move the key on between a refusal's view and its wait.
+#[test]
+fn the_walk_by_runs_is_the_walk_by_slots() {
+    let mut next = draws(0x6a09_e667_f3bc_c909);
+    let mut compared = 0;
+    for case in 0..3_000 {
+        let max = [2, 7, 200, 300, 60_000, 70_000].get(case % 6).copied().unwrap_or(1);
+        let limit = match case % 4 {
+            0 => Limit::per_minute(max),
+            1 => Limit::per_minute(max).precision(Duration::from_secs(4)),
+            2 => Limit::per_hour(max),
+            _ => Limit::per_second(max).precision(Duration::from_millis(100)),
+        };
+        let limit = if case % 3 == 0 { limit.strict() } else { limit };
+        on_one_limit(limit, |words, rule| {
+            let window = rule.precision * rule.slots;
+            let mut now = 2 * window + next(window);
+            // Units spread over the window: a few per slot, up to the limit.
+            for _ in 0..next(3 * rule.slots) {
+                now += next(rule.precision * 2);
+                burst(words, rule, now, 1 + next(max / 20 + 2));
+                if next(8) == 0 {
+                    let (slot, _) = rule.slot_of(now);
+                    words.rollback(rule, slot, 1);
+                }
+            }
+            let race = |next: &mut dyn FnMut(u64) -> u64| next(4) == 0;
+            compared += refusals(
+                words,
+                rule,
+                (&mut next, now, rule.precision * 4),
+                race,
+                true,
+                &super::wait::SLOT_BY_SLOT,
+            );
+        });
+    }
+    let runs = super::wait::RUNS.with(std::cell::Cell::get);
+    assert!(
+        compared > 3_000 && runs > 10_000,
+        "{compared} refusals compared, {runs} runs taken a word at a time"
     );
 }

@@ -22,6 +22,10 @@ thread_local! {
     pub(super) static WALK_ONLY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// Waits answered by the shortcut.
     pub(super) static SHORTCUTS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// Set: the walk takes the ring's slots one at a time, never a word's run at once.
+    pub(super) static SLOT_BY_SLOT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Runs of slots the walk took a word at a time.
+    pub(super) static RUNS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 impl Words<'_> {
@@ -134,44 +138,62 @@ impl Words<'_> {
     /// `position`), or `None` if a position holds another slot (a racing move reused it).
     #[allow(
         clippy::arithmetic_side_effects,
-        reason = "at most MAX_SLOTS 32-bit counts; positions below ring; within < per_word ≤ 6, width ≤ 32"
+        reason = "at most MAX_SLOTS 32-bit counts; positions below ring"
     )]
-    pub(super) fn older_units(
-        &self,
-        rule: &Rule,
-        slots: std::ops::Range<u64>,
-        mut position: u64,
-    ) -> Option<u64> {
+    pub(super) fn older_units(&self, rule: &Rule, slots: std::ops::Range<u64>, position: u64) -> Option<u64> {
         // A word at a time: one load, one check of its tag, and its entries added up.
-        let (per_word, width) = (rule.ring_word.per_word(rule.entries_log) as u64, 32 >> rule.entries_log);
-        let (mut at, shift) = rule.place(position as usize);
-        let mut within = u64::from(shift / width);
         let (mut i, mut units) = (slots.start, 0u64);
+        let (at, shift) = rule.place(position as usize);
+        let mut cursor = Cursor { position, at, shift };
+        let per_word = rule.ring_word.per_word(rule.entries_log) as u64;
+        let entries = (1u64 << rule.ring_word.entry_bits()) - 1;
         while i < slots.end {
-            // The slots from `i` to `last` share this word.
-            let n = (per_word - within).min(rule.ring - position).min(slots.end - i);
-            let last = i + n - 1;
-            // Relaxed: ordered by the Acquire load of `cur` in `view`.
-            let word = self.word(at).load(Ordering::Relaxed);
-            // Each of them is held (`held`: the tag is that slot or up to `ring − 1` later)
-            // exactly when the first is no more than `ring − 1` behind the tag and the last
-            // not after it: the distances fall by one from slot to slot.
-            if rule.ring_distance(word, last) < 0 || rule.ring_distance(word, i) >= rule.ring as i64 {
-                return None;
+            if cursor.shift == 0 && slots.end - i >= per_word && rule.ring - cursor.position >= per_word {
+                // A whole word (the usual case): no run to measure.
+                // Relaxed: ordered by the Acquire load of `cur` in `view`.
+                let word = self.word(cursor.at).load(Ordering::Relaxed);
+                let last = i + per_word - 1;
+                if rule.ring_distance(word, last) < 0 || rule.ring_distance(word, i) >= rule.ring as i64 {
+                    return None;
+                }
+                units += lane_sum(word & entries, rule.entries_log);
+                i += per_word;
+                cursor.advance(rule, per_word);
+                continue;
             }
-            let mut lanes = word >> (within as u32 * width);
-            for _ in 0..n {
-                units += lanes & rule.entry_most;
-                lanes >>= width;
-            }
-            (i, position, within) = (i + n, position + n, 0);
-            if position == rule.ring {
-                (position, at) = (0, rule.ring_at);
-            } else {
-                at += 1;
-            }
+            let (n, run) = self.run(rule, i, cursor, slots.end)?;
+            units += run;
+            i += n;
+            cursor.advance(rule, n);
         }
         Some(units)
+    }
+
+    /// The slots from `i` (at `cursor`) up to `end` (exclusive, after `i`) that share `i`'s
+    /// ring word: how many and the units they hold; `None` if the word holds another slot
+    /// for any of them (a racing move reused it).
+    #[inline(always)]
+    #[allow(
+        clippy::arithmetic_side_effects,
+        reason = "positions below ring; a shift below the word's entry bits (≤ 48); n ≥ 1 entries"
+    )]
+    fn run(&self, rule: &Rule, i: u64, cursor: Cursor, end: u64) -> Option<(u64, u64)> {
+        let log_width = 5 - rule.entries_log;
+        let in_word = u64::from((rule.ring_word.entry_bits() - cursor.shift) >> log_width);
+        let n = in_word.min(rule.ring - cursor.position).min(end - i);
+        let last = i + n - 1;
+        // Relaxed: ordered by the Acquire load of `cur` in `view`.
+        let word = self.word(cursor.at).load(Ordering::Relaxed);
+        // Each of them is held (`held`: the tag is that slot or up to `ring − 1` later)
+        // exactly when the first is no more than `ring − 1` behind the tag and the last
+        // not after it: the distances fall by one from slot to slot.
+        if rule.ring_distance(word, last) < 0 || rule.ring_distance(word, i) >= rule.ring as i64 {
+            return None;
+        }
+        // n entries of at most 48 bits in all: their lanes, added up in parallel.
+        let bits = (n as u32) << log_width;
+        let lanes = (word >> cursor.shift) & ((1u64 << bits) - 1);
+        Some((n, lane_sum(lanes, rule.entries_log)))
     }
 
     /// The walk of [`admissible_walk`](Self::admissible_walk) from the view's slot: `whole`
@@ -196,6 +218,9 @@ impl Words<'_> {
         let p = u128::from(rule.precision);
         let last = view.slot + rule.slots + 1;
         let closing = view.closing(rule);
+        // The slots the ring holds counts for: before the current one and the one a move
+        // would close.
+        let ring_end = closing.map_or(view.slot, |(closed, _)| closed.min(view.slot));
         let mut slot = view.slot;
         loop {
             let from = if slot == view.slot { view.elapsed } else { 0 };
@@ -221,6 +246,38 @@ impl Words<'_> {
             }
             if slot == last {
                 return rule.time_of(last, 0);
+            }
+            // While the window stays over `room` however far the ring's slots drain it, they
+            // leave a word at a time: the slots from `i` that share its ring word, if the
+            // window still holds more than `room` once they have all left and the older slots
+            // hold all they take (`left`: no entry is cut short; always so unless a racing
+            // move rewrote the ring, which the recount after the walk finds). The answer is
+            // the walk's slot by slot (`tests.rs` holds the two together): none of those
+            // slots could fit, and `left` cannot reach 0 before the run's end unless the rest
+            // of it is empty. A run it cannot take (its word reused by a racing move, or
+            // units enough to matter) goes slot by slot.
+            let i = slot + 1 - rule.slots;
+            #[cfg(test)]
+            let runs = !SLOT_BY_SLOT.with(std::cell::Cell::get);
+            #[cfg(not(test))]
+            let runs = true;
+            if runs && i < ring_end && view.current <= room {
+                let (at, shift) = rule.place(position as usize);
+                if let Some((n, units)) = self.run(rule, i, Cursor { position, at, shift }, ring_end) {
+                    if whole.saturating_sub(units) > room && (left == u64::MAX || units <= left) {
+                        // `oldest` stays stale: with more than `room` left, the next step
+                        // sets it (or a jump does) before anything reads it.
+                        whole -= units;
+                        if left != u64::MAX {
+                            left -= units;
+                        }
+                        slot += n;
+                        position = if position + n == rule.ring { 0 } else { position + n };
+                        #[cfg(test)]
+                        RUNS.with(|taken| taken.set(taken.get() + 1));
+                        continue;
+                    }
+                }
             }
             // The slot that was oldest leaves; the next one becomes the oldest. Its count comes
             // from the ring, walked position by position (no division per slot), or from `cur`
@@ -280,4 +337,43 @@ impl Words<'_> {
         let at = need.max(from);
         (at < rule.precision).then_some(at)
     }
+}
+
+/// A walk's place in the ring: a position, its word and the bit shift of its entry there.
+#[derive(Clone, Copy)]
+struct Cursor {
+    position: u64,
+    at: usize,
+    shift: u32,
+}
+
+impl Cursor {
+    /// `n` positions on, `n` at most to the end of the word and of the ring.
+    #[inline(always)]
+    #[allow(clippy::arithmetic_side_effects, reason = "n entries within the word and the ring")]
+    fn advance(&mut self, rule: &Rule, n: u64) {
+        self.position += n;
+        self.shift += (n as u32) << (5 - rule.entries_log);
+        if self.position == rule.ring {
+            *self = Cursor { position: 0, at: rule.ring_at, shift: 0 };
+        } else if self.shift == rule.ring_word.entry_bits() {
+            (self.at, self.shift) = (self.at + 1, 0);
+        }
+    }
+}
+
+/// The sum of the lanes of `lanes`, `8 << (2 − entries_log)` bits each (8, 16 or 32), in
+/// its low 48 bits: lanes folded pairwise into wider ones, which cannot overflow (six
+/// 8-bit counts add up to less than 2¹¹, three 16-bit ones to less than 2¹⁸).
+#[inline(always)]
+#[allow(clippy::arithmetic_side_effects, reason = "pairwise sums of lanes fit the wider lanes")]
+fn lane_sum(lanes: u64, entries_log: u32) -> u64 {
+    let mut x = lanes;
+    if entries_log == 2 {
+        x = (x & 0x00FF_00FF_00FF_00FF) + ((x >> 8) & 0x00FF_00FF_00FF_00FF);
+    }
+    if entries_log >= 1 {
+        x = (x & 0x0000_FFFF_0000_FFFF) + ((x >> 16) & 0x0000_FFFF_0000_FFFF);
+    }
+    (x & 0xFFFF_FFFF) + (x >> 32)
 }
