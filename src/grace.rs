@@ -74,7 +74,20 @@ struct Collector {
     garbage: Mutex<Garbage>,
 }
 
-#[derive(Default)]
+/// An empty collector (one expression for [`Collector::new`]'s `const` and loom forms).
+macro_rules! collector {
+    () => {
+        Collector {
+            epoch: AtomicU64::new(0),
+            due: AtomicBool::new(false),
+            #[cfg(slidegate_loom)]
+            pins: AtomicU64::new(0),
+            slots: Mutex::new(Vec::new()),
+            garbage: Mutex::new(Garbage { pending: Vec::new(), sealed: Vec::new(), large: 0 }),
+        }
+    };
+}
+
 struct Garbage {
     /// Deferred since the last seal, each with whether it is large.
     pending: Vec<(bool, Deferred)>,
@@ -84,8 +97,9 @@ struct Garbage {
     large: usize,
 }
 
+// A plain static: a pin reads the epoch with no lazy-initialisation check before it.
 #[cfg(not(slidegate_loom))]
-static COLLECTOR: std::sync::LazyLock<Collector> = std::sync::LazyLock::new(Collector::new);
+static COLLECTOR: Collector = Collector::new();
 #[cfg(slidegate_loom)]
 loom::lazy_static! {
     static ref COLLECTOR: Collector = Collector::new();
@@ -240,15 +254,15 @@ impl Guard {
 }
 
 impl Collector {
+    #[cfg(not(slidegate_loom))]
+    const fn new() -> Collector {
+        collector!()
+    }
+
+    /// Loom's atomics and mutexes are not made in `const` contexts.
+    #[cfg(slidegate_loom)]
     fn new() -> Collector {
-        Collector {
-            epoch: AtomicU64::new(0),
-            due: AtomicBool::new(false),
-            #[cfg(slidegate_loom)]
-            pins: AtomicU64::new(0),
-            slots: Mutex::new(Vec::new()),
-            garbage: Mutex::new(Garbage::default()),
-        }
+        collector!()
     }
 
     fn register(&self) -> Arc<Slot> {

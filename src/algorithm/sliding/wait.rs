@@ -153,7 +153,7 @@ impl Words<'_> {
                 // Relaxed: ordered by the Acquire load of `cur` in `view`.
                 let word = self.word(cursor.at).load(Ordering::Relaxed);
                 let last = i + per_word - 1;
-                if rule.ring_distance(word, last) < 0 || rule.ring_distance(word, i) >= rule.ring as i64 {
+                if !holds(rule, word, i, last) {
                     return None;
                 }
                 units += lane_sum(word & entries, rule.entries_log);
@@ -184,10 +184,7 @@ impl Words<'_> {
         let last = i + n - 1;
         // Relaxed: ordered by the Acquire load of `cur` in `view`.
         let word = self.word(cursor.at).load(Ordering::Relaxed);
-        // Each of them is held (`held`: the tag is that slot or up to `ring − 1` later)
-        // exactly when the first is no more than `ring − 1` behind the tag and the last
-        // not after it: the distances fall by one from slot to slot.
-        if rule.ring_distance(word, last) < 0 || rule.ring_distance(word, i) >= rule.ring as i64 {
+        if !holds(rule, word, i, last) {
             return None;
         }
         // n entries of at most 48 bits in all: their lanes, added up in parallel.
@@ -360,6 +357,14 @@ impl Cursor {
             (self.at, self.shift) = (self.at + 1, 0);
         }
     }
+}
+
+/// Whether `word` holds each of the slots `first..=last` (`held`: its tag is that slot or
+/// up to `ring − 1` later): exactly when `first` is no more than `ring − 1` behind the tag
+/// and `last` not after it, since the distances fall by one from slot to slot.
+#[inline(always)]
+fn holds(rule: &Rule, word: u64, first: u64, last: u64) -> bool {
+    rule.ring_distance(word, last) >= 0 && rule.ring_distance(word, first) < rule.ring as i64
 }
 
 /// The sum of the lanes of `lanes`, `8 << (2 − entries_log)` bits each (8, 16 or 32), in

@@ -75,6 +75,7 @@ const HEADLINE_SPEED: &[&str] = &[
     "one hot key, refused, history in the current slot",
     "1,000 keys, random order",
     "1 M keys random, one slot (per_second)",
+    "1 M keys random, one slot, one check at a time",
     "1 M keys random, 60 slots (per_minute)",
     "GCRA, one hot key",
     "GCRA, 1 M keys random",

@@ -45,8 +45,8 @@ pub use contenders::{
 };
 pub use keys::{shuffled, Visits, VISIT_SEED};
 pub use passes::{
-    hot, new_keys, prefill, random, refused_now, two_threads, AgedKey, Keys, Pass, HISTORY_AGE, HOT_KEY,
-    REFUSAL_CHUNK,
+    hot, new_keys, prefill, random, random_one_at_a_time, refused_now, two_threads, AgedKey, Keys, Pass,
+    HISTORY_AGE, HOT_KEY, REFUSAL_CHUNK,
 };
 
 /// Keys in the "many keys" workloads.

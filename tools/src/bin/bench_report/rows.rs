@@ -107,6 +107,15 @@ impl<S: Contender, G: Contender> Both<S, G> {
             Side::Governor => workloads::random(&self.theirs, visits, iters),
         }
     }
+
+    /// [`Both::random`], one check at a time (`workloads::random_one_at_a_time`).
+    fn one_at_a_time(&mut self, side: Side, iters: u64) -> Pass {
+        let visits = &mut self.visits[side.index()];
+        match side {
+            Side::Slidegate => workloads::random_one_at_a_time(&self.ours, visits, iters),
+            Side::Governor => workloads::random_one_at_a_time(&self.theirs, visits, iters),
+        }
+    }
 }
 
 impl<S: Contender, G: Contender> Both<Arc<S>, Arc<G>> {
@@ -277,6 +286,10 @@ pub fn few(b: &mut Bench, side: Side, iters: u64) -> Pass {
 
 pub fn per_second(b: &mut Bench, side: Side, iters: u64) -> Pass {
     b.per_second.random(side, iters)
+}
+
+pub fn one_at_a_time(b: &mut Bench, side: Side, iters: u64) -> Pass {
+    b.per_second.one_at_a_time(side, iters)
 }
 
 pub fn per_minute(b: &mut Bench, side: Side, iters: u64) -> Pass {
