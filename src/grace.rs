@@ -40,7 +40,8 @@
 
 use std::cell::Cell;
 use std::marker::PhantomData;
-use std::mem;
+use std::mem::{self, ManuallyDrop};
+use std::ptr::{self, NonNull};
 use std::sync::{Arc, PoisonError};
 
 use crossbeam_utils::CachePadded;
@@ -122,24 +123,41 @@ loom::thread_local! {
 
 /// Proof that the current thread is pinned: memory reachable when it was created is not
 /// freed while it lives. Not `Send`: it is its thread's.
+///
+/// A guard lives on the stack of the code that pinned (the crate never stores one, and
+/// it is not `Send`), so it ends before its thread's thread-locals are destroyed.
 pub struct Guard {
-    /// The slot of a guard pinned where the thread's own slot is gone (a pin from a
-    /// thread-local destructor at thread exit): registered for this guard alone.
-    own: Option<Arc<Slot>>,
+    pinned: Pinned,
     _thread: PhantomData<*mut ()>,
 }
 
-/// Pins the current thread.
+/// What a guard unpins when it ends.
+enum Pinned {
+    /// The thread's `Local`, reached again without a thread-local lookup.
+    Local(NonNull<Local>),
+    /// A slot registered for this guard alone: the pin was made where the thread's
+    /// `Local` is gone (from a thread-local destructor at thread exit). Dropped by hand
+    /// (`unpin_own`), out of line: the common guard's drop stays a few instructions.
+    Own(ManuallyDrop<Arc<Slot>>),
+}
+
+/// Pins the current thread. The guard must stay on the caller's stack, never stored (in a
+/// struct, a thread-local, a future across an `.await`): its drop reaches the thread's
+/// registration through a pointer that only the stack's order keeps valid (`Guard`).
 #[inline(always)]
 pub fn pin() -> Guard {
-    match LOCAL.try_with(Local::enter) {
-        Ok(()) => Guard { own: None, _thread: PhantomData },
+    let pinned = match LOCAL.try_with(|local| {
+        local.enter();
+        NonNull::from(local)
+    }) {
+        Ok(local) => Pinned::Local(local),
         Err(_) => {
             let slot = COLLECTOR.register();
             enter_slot(&slot);
-            Guard { own: Some(slot), _thread: PhantomData }
+            Pinned::Own(ManuallyDrop::new(slot))
         }
-    }
+    };
+    Guard { pinned, _thread: PhantomData }
 }
 
 /// Marks `slot` pinned at the current epoch, then the reader's half of the fence pair.
@@ -210,14 +228,31 @@ impl Drop for Local {
 impl Drop for Guard {
     #[inline(always)]
     fn drop(&mut self) {
-        match self.own.take() {
-            None => {
-                // The thread's `Local` outlives its guards: a guard made through it (pinned
-                // by `enter`) ends before the thread-local is destroyed.
-                let _ = LOCAL.try_with(Local::exit);
+        match &mut self.pinned {
+            Pinned::Local(local) => {
+                debug_assert!(LOCAL.try_with(|now| ptr::eq(now, local.as_ptr())).unwrap_or(false));
+                // SAFETY: `local` is this thread's `Local` (a guard is not `Send`), alive
+                // when the guard was made; a thread-local is destroyed only once its
+                // thread's code has returned, or by the destructors that run one after
+                // another at thread exit, and a guard, on the stack of the code that made
+                // it (see `Guard`), ends before either: the `Local` is still alive, and
+                // only shared references to it exist (its fields are `Cell` and atomics).
+                #[allow(unsafe_code)]
+                unsafe { local.as_ref() }.exit();
             }
-            Some(slot) => slot.store(GONE, Ordering::Release),
+            Pinned::Own(slot) => unpin_own(slot),
         }
+    }
+}
+
+/// Ends a guard's own slot (`Pinned::Own`), once.
+#[cold]
+fn unpin_own(slot: &mut ManuallyDrop<Arc<Slot>>) {
+    slot.store(GONE, Ordering::Release);
+    // SAFETY: called once, from the guard's drop; the slot is not used after it.
+    #[allow(unsafe_code)]
+    unsafe {
+        ManuallyDrop::drop(slot);
     }
 }
 

@@ -182,7 +182,7 @@ impl<'a> KeyState<'a> {
     /// Checks a request of `cost` units at `now` (ns). With `commit`, an admitted request is
     /// counted in every limit; without, nothing is written (a peek). `cost` must not exceed
     /// any limit's `max` (see [`Policy::oversized`]).
-    #[inline]
+    #[inline(always)]
     pub fn check(&self, policy: &Policy, now: u64, cost: u64, commit: bool) -> Outcome {
         match policy.algorithm {
             Algorithm::SlidingWindow => self.check_with::<Sliding>(policy, now, cost, commit),
