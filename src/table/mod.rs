@@ -270,7 +270,7 @@ pub(crate) enum Refused {
 
 /// The key table. See the module docs.
 pub(crate) struct Table<K> {
-    shards: Box<[CachePadded<Shard<K>>]>,
+    shards: Box<[CachePadded<Shard<K>>; SHARDS]>,
     hasher: ahash::RandomState,
     /// Keys held, kept by insert and remove so that `len()` and `max_keys` cost O(1); never
     /// above `max_keys` (a key is counted before it is inserted, and only if there is room).
@@ -320,16 +320,15 @@ impl<K> Table<K> {
 
 impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
     pub(crate) fn new(max_keys: usize) -> Table<K> {
-        let shards = (0..SHARDS)
-            .map(|_| {
-                CachePadded::new(Shard {
-                    slots: AtomicPtr::new(ptr::null_mut()),
-                    writer: Mutex::new(Counts::default()),
-                    floor: AtomicU64::new(0),
-                    inserting: AtomicU64::new(0),
-                })
+        // An array, not a slice: a shard's index, below SHARDS, needs no bounds check.
+        let shards = Box::new(std::array::from_fn(|_| {
+            CachePadded::new(Shard {
+                slots: AtomicPtr::new(ptr::null_mut()),
+                writer: Mutex::new(Counts::default()),
+                floor: AtomicU64::new(0),
+                inserting: AtomicU64::new(0),
             })
-            .collect();
+        }));
         Table { shards, hasher: hasher(), live: AtomicUsize::new(0), max_keys }
     }
 
