@@ -59,38 +59,35 @@ fn hot_loop<C: Contender>(c: &C, key: u64, iters: u64) -> u64 {
     admitted
 }
 
-/// `iters` checks of the keys `visits` draws; returns the admissions.
+/// `iters` checks of the keys `visits` draws, `between` run after each; returns the
+/// admissions.
 #[inline]
-fn random_loop<C: Contender>(c: &C, visits: &mut Visits, iters: u64) -> u64 {
+fn random_loop<C: Contender>(c: &C, visits: &mut Visits, iters: u64, between: impl Fn()) -> u64 {
     let mut admitted = 0;
     for _ in 0..iters {
         admitted += u64::from(c.check(visits.next_key()));
+        between();
     }
     admitted
 }
 
-/// As [`random_loop`], with each check finished before the next one starts: no overlap of
-/// one check's cache misses with the next one's, as between a gateway's checks, which have
-/// a request's parsing and routing between them. On x86_64 an `lfence` after each check:
-/// no later instruction starts before every earlier one has completed locally (its loads
-/// done; stores may still wait in the store buffer, as both contenders' writes do).
-/// Elsewhere a SeqCst fence, a full memory barrier with a cost of its own that may stop
+/// Run after each check of [`random_one_at_a_time`]: the check finishes before the next one
+/// starts, so no overlap of one check's cache misses with the next one's, as between a
+/// gateway's checks, which have a request's parsing and routing between them. On x86_64 an
+/// `lfence`: no later instruction starts before every earlier one has completed locally
+/// (its loads done; stores may still wait in the store buffer, as both contenders' writes
+/// do). Elsewhere a SeqCst fence, a full memory barrier with a cost of its own that may stop
 /// the overlap only in part: there the loop measures neither the latency nor the rate.
-#[inline]
-fn one_at_a_time_loop<C: Contender>(c: &C, visits: &mut Visits, iters: u64) -> u64 {
-    let mut admitted = 0;
-    for _ in 0..iters {
-        admitted += u64::from(c.check(visits.next_key()));
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `lfence` needs SSE2, part of every x86_64 processor (the target's baseline).
-        #[allow(unsafe_code)]
-        unsafe {
-            std::arch::x86_64::_mm_lfence();
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+#[inline(always)]
+fn one_at_a_time() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `lfence` needs SSE2, part of every x86_64 processor (the target's baseline).
+    #[allow(unsafe_code)]
+    unsafe {
+        std::arch::x86_64::_mm_lfence();
     }
-    admitted
+    #[cfg(not(target_arch = "x86_64"))]
+    std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
 }
 
 /// Checks each of `keys` once, in that order (the insertion before a workload that
@@ -110,15 +107,15 @@ pub fn hot<C: Contender>(c: &C, key: u64, iters: u64) -> Pass {
 /// pass on the same cursor stopped.
 pub fn random<C: Contender>(c: &C, visits: &mut Visits, iters: u64) -> Pass {
     let start = Instant::now();
-    let admitted = random_loop(c, visits, iters);
+    let admitted = random_loop(c, visits, iters, || {});
     Pass::one_thread(start.elapsed(), iters, black_box(admitted))
 }
 
-/// [`random`], one check at a time (`one_at_a_time_loop`): the latency of a check rather
+/// [`random`], one check at a time (`one_at_a_time` after each): the latency of a check rather
 /// than the rate of checks back to back.
 pub fn random_one_at_a_time<C: Contender>(c: &C, visits: &mut Visits, iters: u64) -> Pass {
     let start = Instant::now();
-    let admitted = one_at_a_time_loop(c, visits, iters);
+    let admitted = random_loop(c, visits, iters, one_at_a_time);
     Pass::one_thread(start.elapsed(), iters, black_box(admitted))
 }
 
@@ -180,7 +177,7 @@ pub fn two_threads<C: Contender>(c: &Arc<C>, iters: u64, keys: impl Fn(usize) ->
                 barrier.wait();
                 match keys {
                     Keys::Hot(key) => hot_loop(&*c, key, iters),
-                    Keys::Random(mut visits) => random_loop(&*c, &mut visits, iters),
+                    Keys::Random(mut visits) => random_loop(&*c, &mut visits, iters, || {}),
                 }
             })
         })
