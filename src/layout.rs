@@ -38,6 +38,13 @@ pub const MAX_LIMITS: usize = 8;
 
 pub(crate) const TOUCHED: usize = 0;
 
+#[cfg(test)]
+thread_local! {
+    /// Set: a sliding window of one slot keeps a ring, not a pair word, so that the ring's
+    /// tests (`algorithm/sliding/tests.rs`) reach rings of one slot and hold pairs to them.
+    pub(crate) static NO_PAIRS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 /// One version of one of a limiter's named policies: its limits compiled for the hot path.
 /// Immutable once published, except for `replaced`. Every [`KeyState`] holds an `Arc` of the
 /// version it was laid out for, so a check needs nothing but its state.
@@ -152,6 +159,14 @@ impl Policy {
                 // No ring: the field is unused, and equal for every policy.
                 _ => 0,
             };
+            // One slot whose counts fit 16 bits: one word, no ring. A pair's fields are 16
+            // bits whatever `max`, so two pair rules of a window share their layout.
+            #[cfg(test)]
+            let pairs = !NO_PAIRS.with(std::cell::Cell::get);
+            #[cfg(not(test))]
+            let pairs = true;
+            let pair = pairs && algorithm == Algorithm::SlidingWindow && slots == 1 && entries_log >= 1;
+            let entries_log = if pair { 1 } else { entries_log };
             let rule = Rule {
                 limit: *limit,
                 max: limit.max(),
@@ -159,6 +174,7 @@ impl Policy {
                 slots,
                 ring: slots + 1,
                 strict: limit.accuracy() == Accuracy::Strict,
+                pair,
                 at,
                 ring_at,
                 entries_log,
@@ -288,6 +304,7 @@ impl Policy {
                 a.window == b.window
                     && a.precision == b.precision
                     && a.strict == b.strict
+                    && a.pair == b.pair
                     && a.at == b.at
                     && a.entries_log == b.entries_log
                     && a.ring_word == b.ring_word
@@ -354,6 +371,11 @@ const NARROW_SPAN: u64 = 1 << 14;
 fn narrow_rings(rules: &mut [Rule], expiry: u64) -> usize {
     let mut shift = 0;
     for rule in rules {
+        if rule.pair {
+            // No ring to pack.
+            rule.at -= shift;
+            continue;
+        }
         let wide = rule.ring_words();
         let span = rule.by_precision.div_rem(expiry).0.saturating_add(2 * rule.ring);
         if rule.entries_log >= 1 && rule.precision >= NARROW_PRECISION && span < NARROW_SPAN {

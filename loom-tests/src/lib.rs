@@ -35,6 +35,16 @@ mod imp {
         decided(state.check(policy, now, cost, true))
     }
 
+    /// A thread that takes one unit from `state` at `now`.
+    pub fn spawn_take(
+        state: &loom::sync::Arc<OwnedState>,
+        policy: &Arc<Policy>,
+        now: u64,
+    ) -> loom::thread::JoinHandle<Decision> {
+        let (state, policy) = (loom::sync::Arc::clone(state), Arc::clone(policy));
+        loom::thread::spawn(move || take(&state, &policy, now, 1))
+    }
+
     /// A cost-1 peek: writes nothing; `remaining()` is as if one more unit were admitted.
     pub fn peek(state: &OwnedState, policy: &Policy, now: u64) -> Decision {
         decided(state.check(policy, now, 1, false))

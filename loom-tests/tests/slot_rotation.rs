@@ -16,7 +16,7 @@ use loom::sync::Arc;
 use loom::thread;
 use slidegate::model::OwnedState;
 use slidegate::{Decision, Limit};
-use slidegate_loom_tests::{peek, policy, take, units, Reached, MS};
+use slidegate_loom_tests::{peek, policy, spawn_take, take, units, Reached, MS};
 
 /// A (stale) at `a`, B at the later `b`, on a state created at `prior` that already holds
 /// one unit taken then. Returns the state and both decisions.
@@ -24,10 +24,7 @@ fn race(limit: Limit, prior: u64, a: u64, b: u64) -> (Arc<OwnedState>, Decision,
     let policy = policy(&[limit]);
     let state = Arc::new(OwnedState::new(&policy, prior));
     assert!(take(&state, &policy, prior, 1).is_allowed());
-    let spawn = |now| {
-        let (state, policy) = (Arc::clone(&state), policy.clone());
-        thread::spawn(move || take(&state, &policy, now, 1))
-    };
+    let spawn = |now| spawn_take(&state, &policy, now);
     let (ta, tb) = (spawn(a), spawn(b));
     let (da, db) = (ta.join().unwrap(), tb.join().unwrap());
     (state, da, db)
@@ -73,10 +70,7 @@ fn two_closers_race_an_increment() {
         let policy = policy(&[limit]);
         let state = Arc::new(OwnedState::new(&policy, 200 * MS));
         assert!(take(&state, &policy, 200 * MS, 1).is_allowed());
-        let spawn = |now| {
-            let (state, policy) = (Arc::clone(&state), policy.clone());
-            thread::spawn(move || take(&state, &policy, now, 1))
-        };
+        let spawn = |now| spawn_take(&state, &policy, now);
         let handles = [spawn(500 * MS), spawn(1500 * MS), spawn(1500 * MS)];
         let d: Vec<Decision> = handles.into_iter().map(|h| h.join().unwrap()).collect();
         // Every window at 0.5 s or 1.5 s covers both slots, so the three saw 1, 2 and 3 units.
@@ -198,10 +192,7 @@ fn slot_jump_longer_than_the_ring() {
         let policy = policy(&limits);
         let state = Arc::new(OwnedState::new(&policy, 400 * MS));
         assert!(take(&state, &policy, 400 * MS, 1).is_allowed());
-        let spawn = |now| {
-            let (state, policy) = (Arc::clone(&state), policy.clone());
-            thread::spawn(move || take(&state, &policy, now, 1))
-        };
+        let spawn = |now| spawn_take(&state, &policy, now);
         let (a, b) = (spawn(450 * MS), spawn(2200 * MS));
         let (a, b) = (a.join().unwrap(), b.join().unwrap());
         assert!(a.is_allowed() && b.is_allowed());

@@ -149,6 +149,10 @@ pub(crate) struct Rule {
     /// `k - ring` from going below zero.
     pub(crate) ring: u64,
     pub(crate) strict: bool,
+    /// A sliding window of one slot whose counts fit 16 bits: the current and previous
+    /// slots' counts in one word with the tag, no ring (`algorithm/sliding/pair.rs`).
+    /// Its `entries_log` is then 1 (a field's width) and `ring_at` unused.
+    pub(crate) pair: bool,
     /// Index of this limit's first word (`cur` for the sliding and fixed windows). With more than one slot a `sum` word follows it,
     /// then the ring.
     pub(crate) at: usize,

@@ -41,7 +41,7 @@ pub const MAX_LOG_UNITS: u64 = 4096;
 ///
 /// | algorithm | state per limit and key | over-admission in any window |
 /// |---|---|---|
-/// | `SlidingWindow` interpolated | `(n + 1) × 8` B + 16 B | below 2 × `max` worst case, ≈ exact on smooth traffic |
+/// | `SlidingWindow` interpolated | at most `(n + 1) × 8` B + 16 B (ring entries as narrow as `max` allows); 8 B for one slot and `max` below 65,535 | below 2 × `max` worst case, ≈ exact on smooth traffic |
 /// | `SlidingWindow` strict | same | none (≤ 1 × `max`); may refuse up to one slot early |
 /// | `FixedWindow` | 8 B | up to 2 × `max` across a boundary |
 /// | `SlidingLog` | 8 B + 8 B per unit in the window | none, and none refused wrongly |

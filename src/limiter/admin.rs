@@ -73,8 +73,8 @@ where
     /// ```
     /// use slidegate::{Limit, Limiter};
     /// let limiter = Limiter::<u64>::builder().limit(Limit::per_second(10)).build()?;
-    /// // `touched`, the current slot, and one ring word holding both ring slots' 8-bit counts.
-    /// assert_eq!(limiter.state_bytes_per_key(), 8 * 3);
+    /// // `touched`, and one word holding the current and the previous slot's counts.
+    /// assert_eq!(limiter.state_bytes_per_key(), 8 * 2);
     /// # Ok::<(), slidegate::ConfigError>(())
     /// ```
     pub fn state_bytes_per_key(&self) -> usize {

@@ -15,7 +15,9 @@
 //! whose count reaches its entry's width when it is closed (when a later slot's first
 //! commit moves the key on, or, until then, whenever it is read from a later slot) is
 //! saturated: it counts as full until it leaves the window, and stays saturated when its
-//! ring is widened. The slot being counted in holds its exact count up to 2³²−1. The model
+//! ring is widened. The slot being counted in holds its exact count up to 2³²−1, except in
+//! a pair word (a window of one slot with entries of at most 16 bits, [`Rule::pair`]),
+//! where both slots' counts saturate at 2¹⁶−1, the open one too, for good. The model
 //! follows which slot the limiter holds open and which it closed saturated ([`Ring`]).
 //!
 //! **Policy changes.** A held key laid out for an older version of its policy moves to the
@@ -94,6 +96,9 @@ pub fn entries_log(max: u64) -> u32 {
 pub fn entry_most(entries_log: u32) -> u64 {
     u64::from(u32::MAX >> (32 - (32 >> entries_log)))
 }
+
+/// The most a pair word's field holds (`Rule::pair`): a count of this many is saturated.
+pub const PAIR_MOST: u64 = 0xFFFF;
 
 /// What a sliding window's count at a saturated slot is taken as (times `p`): more than any
 /// `max × p`, and far from overflowing when a cost is added.
@@ -189,6 +194,13 @@ impl Rule {
         }
     }
 
+    /// Is the limit a pair word (`algorithm/sliding/pair.rs`): a sliding window of one slot
+    /// whose entries are at most 16 bits? Both its counts, the open slot's too, then
+    /// saturate at [`PAIR_MOST`].
+    pub fn pair(&self) -> bool {
+        self.algorithm == Algorithm::SlidingWindow && self.n == 1 && self.entry_most <= PAIR_MOST
+    }
+
     /// How long after the start of its slot a unit may still count (the limiter's expiry).
     pub fn expiry(&self) -> u64 {
         let held = if self.algorithm == Algorithm::Gcra { self.burst } else { self.window };
@@ -254,7 +266,11 @@ impl Rule {
             return false;
         }
         // (An entry no wider than `max`, 2³²−1 for a `max` of 2³²−1, reads as that count.)
-        let width = if slot < t / self.p { self.entry_most } else { MOST };
+        let width = match (self.pair(), slot < t / self.p) {
+            (true, _) => PAIR_MOST,
+            (false, true) => self.entry_most,
+            (false, false) => MOST,
+        };
         width > self.max && self.in_slot(log, slot) >= u128::from(width)
     }
 
@@ -591,6 +607,14 @@ impl Model {
             }
             ring.open = Some(slot);
             log.push((now, cost));
+            // A pair's open count saturates too, and stays saturated if the limit is later
+            // laid out as a ring (its count is then unknown: `ring.rs`, `reencode_pair`).
+            if rule.pair()
+                && rule.in_slot(log, slot) >= u128::from(PAIR_MOST)
+                && !ring.saturated.contains(&slot)
+            {
+                ring.saturated.push(slot);
+            }
         }
         k.held = Held::Yes;
     }

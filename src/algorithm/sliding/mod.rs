@@ -1,6 +1,9 @@
 //! The sliding window (interpolated or strict): one limit's ring of per-slot counters.
 //!
 //! # Layout
+//! A window of one slot whose counts fit 16 bits is one *pair* word instead, both slots'
+//! counts beside the tag, with no ring (`pair.rs`); everything below is about rings.
+//!
 //! A limit's words, behind the key's `touched` (`layout.rs`):
 //!
 //! ```text
@@ -97,9 +100,11 @@ use crate::algorithm::counter::{count_of, pack, set, tag_distance, tag_of, Count
 use crate::limit::MAX_UNITS;
 use crate::sync::Ordering;
 
+mod pair;
 mod ring;
 mod wait;
 
+use pair::{pack_pair, pair_admissible_at};
 use ring::{as_oldest, closed_count, current_saturated, held, read_entry, saturated, with_entry, Hist};
 
 /// A `sum` word's count once the units over a window no longer fit 32 bits (`pack`
@@ -255,10 +260,17 @@ impl Counter for Sliding {
     fn pin() {}
     #[allow(clippy::arithmetic_side_effects, reason = "ring is at most MAX_SLOTS + 1")]
     fn words(rule: &Rule) -> usize {
+        if rule.pair {
+            return 1;
+        }
         1 + usize::from(rule.slots > 1) + rule.ring_words()
     }
     fn reset(words: &mut [u64], rule: &Rule, now: u64) {
         let (slot, _) = rule.slot_of(now);
+        if rule.pair {
+            set(words, rule.at, pack_pair(slot, 0, 0));
+            return;
+        }
         set(words, rule.at, pack(slot, 0));
         if let Some(at) = rule.sum_word() {
             set(words, at, pack(slot, 0));
@@ -272,6 +284,9 @@ impl Counter for Sliding {
     }
     #[inline(always)]
     fn view(state: &Words, rule: &Rule, now: u64, expired: bool) -> View {
+        if rule.pair {
+            return state.pair_view(rule, now, expired);
+        }
         state.view(rule, now, expired)
     }
     #[inline(always)]
@@ -284,9 +299,15 @@ impl Counter for Sliding {
     }
     #[inline(always)]
     fn commit(state: &Words, rule: &Rule, view: &View, cost: u64) -> bool {
+        if rule.pair {
+            return state.pair_commit(rule, view, cost);
+        }
         state.commit(rule, view, cost)
     }
     fn rollback(state: &Words, rule: &Rule, view: &View, cost: u64) {
+        if rule.pair {
+            return state.pair_rollback(rule, view.slot, cost);
+        }
         state.rollback(rule, view.slot, cost);
     }
     #[inline(always)]
@@ -297,6 +318,9 @@ impl Counter for Sliding {
         view.used(rule)
     }
     fn admissible_at(state: &Words, rule: &Rule, view: &View, cost: u64) -> Result<u64, u64> {
+        if rule.pair {
+            return Ok(pair_admissible_at(rule, view, cost));
+        }
         state.admissible_at(rule, view, cost)
     }
     #[inline(always)]

@@ -2,9 +2,10 @@
 //! what a saturated entry says, and the re-encoding of a ring at another entry width (a
 //! policy change that keeps the windows, `protocol/moving.rs`).
 
-use crate::algorithm::counter::{count_of, set, tag_distance, tag_of, Rule};
+use crate::algorithm::counter::{count_of, pack, set, tag_distance, tag_of, Rule};
 use crate::limit::MAX_UNITS;
 
+use super::pair::{current_of, pack_pair, previous_of, FIELD_MOST};
 use super::Sliding;
 
 /// The count slot `cur` holds as the ring will keep it once closed: at most a ring entry's
@@ -22,10 +23,12 @@ pub(super) fn saturated(rule: &Rule, count: u64) -> bool {
     count >= rule.entry_most && rule.entry_most > rule.max
 }
 
-/// Whether `cur`'s count (the open slot's, exact up to 2³²−1) is saturated.
+/// Whether the open slot's count (exact up to 2³²−1 in `cur`, up to a field's width in a
+/// pair word, `pair.rs`) is saturated.
 #[inline]
 pub(super) fn current_saturated(rule: &Rule, count: u64) -> bool {
-    count >= MAX_UNITS && MAX_UNITS > rule.max
+    let most = if rule.pair { rule.entry_most } else { MAX_UNITS };
+    count >= most && most > rule.max
 }
 
 /// What a closed slot of `count` units weighs as the oldest, partly covered slot: its
@@ -92,9 +95,14 @@ impl Sliding {
     /// entries of another width: `cur` and `sum` as they are (a `sum` with a saturated slot
     /// in it is marked saturated already), and every slot the ring holds re-encoded at its
     /// position, a saturated one saturated at `b`'s width. Exact when `b`'s entries are at
-    /// least as wide (the only case a limiter produces: its entries only widen).
+    /// least as wide (the only case a limiter produces: its entries only widen). A window
+    /// of one slot held as a pair (`pair.rs`) on either side has the same two counts
+    /// moved between the pair's fields and `cur` and the ring, a saturated one saturated.
     pub(crate) fn reencode(a: &Rule, b: &Rule, old: &[u64], new: &mut [u64], now: u64) {
         let word = |at: usize| old.get(at).copied().unwrap_or(0);
+        if a.pair || b.pair {
+            return Self::reencode_pair(a, b, word(a.at), &word, new, now);
+        }
         let cur = word(a.at);
         set(new, b.at, cur);
         if let (Some(from), Some(to)) = (a.sum_word(), b.sum_word()) {
@@ -112,6 +120,41 @@ impl Sliding {
                 Hist::Count(units) => units,
                 Hist::Newer(_) => 0,
             };
+            let (to, shift) = b.position(slot);
+            let into = new.get(to).copied().unwrap_or(0);
+            set(new, to, with_entry(b, b.ring_retag(into, slot), shift, units));
+        }
+    }
+
+    /// [`reencode`](Self::reencode) where `a` or `b` is a pair: `first` is `a`'s first word.
+    #[allow(clippy::arithmetic_side_effects, reason = "a slot is at least ring = 2 (counter.rs)")]
+    fn reencode_pair(a: &Rule, b: &Rule, first: u64, word: &dyn Fn(usize) -> u64, new: &mut [u64], now: u64) {
+        // The slot `a`'s first word holds, as a full index (its tag is the low 32 bits).
+        let (now_slot, _) = a.slot_of(now);
+        let held = now_slot.saturating_add_signed(tag_distance(tag_of(first), now_slot as u32));
+        let (current, previous) = if a.pair {
+            let previous = match previous_of(first) {
+                units if units >= FIELD_MOST => b.entry_most,
+                units => units,
+            };
+            let current = if current_of(first) >= FIELD_MOST { MAX_UNITS } else { current_of(first) };
+            (current, previous)
+        } else {
+            let (from, shift) = a.position(held - 1);
+            let previous = match read_entry(a, word(from), held - 1, shift) {
+                Hist::Count(units) if saturated(a, units) => FIELD_MOST,
+                Hist::Count(units) => units,
+                Hist::Newer(_) => 0,
+            };
+            (count_of(first), previous)
+        };
+        if b.pair {
+            set(new, b.at, pack_pair(held, current, previous));
+            return;
+        }
+        set(new, b.at, pack(held, current));
+        for slot in held.saturating_sub(b.ring)..held {
+            let units = if slot + 1 == held { previous } else { 0 };
             let (to, shift) = b.position(slot);
             let into = new.get(to).copied().unwrap_or(0);
             set(new, to, with_entry(b, b.ring_retag(into, slot), shift, units));

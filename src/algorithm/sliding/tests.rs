@@ -105,9 +105,18 @@ fn a_stale_closer_during_a_wait() {
     assert!(Duration::from_nanos(at) >= Duration::from_secs(68), "the wait of a request of 7: {at} ns");
 }
 
-/// Runs `body` on the words of a fresh key under a policy of `limit` alone, and its rule.
+/// A policy of `limit` alone that keeps a ring even for one slot (not a pair word).
+fn ring_policy(limit: Limit) -> std::sync::Arc<Policy> {
+    crate::layout::NO_PAIRS.with(|set| set.set(true));
+    let policy = Policy::new(&[limit]);
+    crate::layout::NO_PAIRS.with(|set| set.set(false));
+    policy.unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Runs `body` on the words of a fresh key under a policy of `limit` alone (a ring, even
+/// of one slot), and its rule.
 fn on_one_limit<T>(limit: Limit, body: impl FnOnce(&Words, &Rule) -> T) -> T {
-    let policy = Policy::new(&[limit]).unwrap_or_else(|e| panic!("{e}"));
+    let policy = ring_policy(limit);
     let owned = OwnedState::new(&policy, 0);
     let state = owned.state();
     let Some(rule) = policy.rules.first() else { panic!("one limit") };
@@ -311,4 +320,82 @@ fn the_walk_by_runs_is_the_walk_by_slots() {
         compared > 3_000 && runs > 10_000,
         "{compared} refusals compared, {runs} runs taken a word at a time"
     );
+}
+
+/// A window of one slot held as a pair word (`pair.rs`) against the same window held as a
+/// ring, on random histories: 8-, 16-bit and wider-than-a-byte `max`, interpolated and
+/// strict, slots of 1 s and 1 min, bursts and rollbacks, time moving by up to two slots
+/// (and sometimes far) between checks. Every view admits, leaves room and counts alike,
+/// and every refusal's wait (the pair's closed form, the ring's walk) is the same.
+#[test]
+fn a_pair_is_a_ring_of_one_slot() {
+    let mut next = draws(0x3c6e_f372_fe94_f82b);
+    let (mut compared, mut refused) = (0, 0);
+    for case in 0..2_000 {
+        let max = [1, 2, 5, 40, 254, 300, 65_534].get(case % 7).copied().unwrap_or(1);
+        let limit = match case % 2 {
+            0 => Limit::per_second(max),
+            _ => Limit::per_minute(max).precision(Duration::from_secs(60)),
+        };
+        let limit = if case % 3 == 0 { limit.strict() } else { limit };
+        let (pair, ring) = (Policy::new(&[limit]).unwrap_or_else(|e| panic!("{e}")), ring_policy(limit));
+        let (pair_state, ring_state) = (OwnedState::new(&pair, 0), OwnedState::new(&ring, 0));
+        let (p, r) = (pair_state.state(), ring_state.state());
+        let (Some(pr), Some(rr)) = (pair.rules.first(), ring.rules.first()) else { panic!("one limit") };
+        assert!(pr.pair && !rr.pair, "{limit:?}");
+        let mut now = 3 * pr.precision;
+        for _ in 0..40 {
+            now += if next(20) == 0 { next(5 * pr.precision) } else { next(pr.precision / 2 + 1) };
+            let cost = 1 + if next(3) == 0 { next(max) } else { next(max.min(3)) };
+            let (vp, vr) = (Sliding::view(&p, pr, now, false), Sliding::view(&r, rr, now, false));
+            let at = format!("case {case}: {limit:?}, cost {cost} at {now} ns, {vp:?} / {vr:?}");
+            assert_eq!(vp.admits(pr, cost), vr.admits(rr, cost), "{at}");
+            assert_eq!(vp.room(pr, 0), vr.room(rr, 0), "{at}");
+            assert_eq!(vp.used(pr), vr.used(rr), "{at}");
+            compared += 1;
+            if vp.admits(pr, cost) {
+                assert!(Sliding::commit(&p, pr, &vp, cost) && Sliding::commit(&r, rr, &vr, cost), "{at}");
+                if next(6) == 0 {
+                    Sliding::rollback(&p, pr, &vp, cost);
+                    Sliding::rollback(&r, rr, &vr, cost);
+                }
+            } else {
+                let waits =
+                    (Sliding::admissible_at(&p, pr, &vp, cost), Sliding::admissible_at(&r, rr, &vr, cost));
+                assert_eq!(waits.0, waits.1, "{at}");
+                refused += 1;
+            }
+        }
+    }
+    assert!(compared > 50_000 && refused > 10_000, "{compared} views compared, {refused} waits");
+}
+
+/// A rollback after another check moved a pair word to the next slot takes the units
+/// from the previous slot's count, where the move carried them; once that slot has left
+/// the window too, there is nothing to take back.
+#[test]
+fn a_pair_rolls_back_across_a_turn() {
+    let policy = Policy::new(&[Limit::per_second(10)]).unwrap_or_else(|e| panic!("{e}"));
+    let owned = OwnedState::new(&policy, 0);
+    let state = owned.state();
+    let Some(rule) = policy.rules.first() else { panic!("one limit") };
+    assert!(rule.pair);
+    let view = Sliding::view(&state, rule, 5_500 * MS, false);
+    assert!(Sliding::commit(&state, rule, &view, 4));
+    // Another check, in the next slot, moves the word on: its previous slot holds our 4.
+    let later = Sliding::view(&state, rule, 6_000 * MS, false);
+    assert!(Sliding::commit(&state, rule, &later, 1));
+    assert_eq!(Sliding::view(&state, rule, 6_000 * MS, false).oldest, 4);
+    Sliding::rollback(&state, rule, &view, 4);
+    let after = Sliding::view(&state, rule, 6_000 * MS, false);
+    assert_eq!((after.current, after.oldest), (1, 0), "the 4 units taken from the previous slot");
+    // Two slots on, slot 5 has left the window: a rollback of it changes nothing.
+    let view = Sliding::view(&state, rule, 6_100 * MS, false);
+    assert!(Sliding::commit(&state, rule, &view, 2));
+    let far = Sliding::view(&state, rule, 8_000 * MS, false);
+    assert!(Sliding::commit(&state, rule, &far, 1));
+    let before = Sliding::view(&state, rule, 8_000 * MS, false);
+    Sliding::rollback(&state, rule, &view, 2);
+    let after = Sliding::view(&state, rule, 8_000 * MS, false);
+    assert_eq!((after.seen, after.current), (before.seen, 1));
 }

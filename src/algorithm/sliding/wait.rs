@@ -316,7 +316,14 @@ impl Words<'_> {
         clippy::arithmetic_side_effects,
         reason = "counts below 2⁴⁵ (module docs); u64 × u64 fits u128; whole ≤ room"
     )]
-    fn fits_in(rule: &Rule, p: u128, room: u64, whole: u64, oldest: u64, from: u64) -> Option<u64> {
+    pub(super) fn fits_in(
+        rule: &Rule,
+        p: u128,
+        room: u64,
+        whole: u64,
+        oldest: u64,
+        from: u64,
+    ) -> Option<u64> {
         if rule.strict || oldest == 0 {
             return (whole + oldest <= room || oldest == 0).then_some(from);
         }

@@ -1,0 +1,71 @@
+//! Loom models of a window of one slot held in one word (`algorithm/sliding/pair.rs`): the
+//! current and previous slots' counts beside the tag, the slot's turn made by the
+//! admitting CAS itself, and a rollback that follows its units into the previous slot's
+//! count when another check turned the word meanwhile. (The other models run pairs too:
+//! every `Limit::per_second` of theirs is one.)
+//!
+//! Run (from the workspace root):
+//! `RUSTFLAGS="--cfg slidegate_loom --cfg crossbeam_loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom cargo test --release -p slidegate-loom-tests`
+#![cfg(slidegate_loom)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::Duration;
+
+use loom::sync::Arc;
+use slidegate::model::OwnedState;
+use slidegate::Limit;
+use slidegate_loom_tests::{policy, spawn_take, units, Reached, MS};
+
+/// Strict 1/s: a check at 0.9 s and one at 1.1 s, the second turning the word to the next
+/// slot. The strict window at 1.1 s still counts slot [0 s, 1 s) whole, so exactly one is
+/// admitted, whichever comes first: the turn keeps the first's unit as the previous
+/// slot's count, and a check at 0.9 s that finds the word already turned adopts the later
+/// slot and its counts. Either way the word ends holding one unit.
+#[test]
+fn a_commit_races_the_turn_of_its_word() {
+    static REACHED: Reached<[bool; 2]> = Reached::new();
+    loom::model(|| {
+        let limits = [Limit::per_second(1).strict()];
+        let policy = policy(&limits);
+        assert_eq!(policy.words_per_key(), 2, "touched and the pair word");
+        let state = Arc::new(OwnedState::new(&policy, 0));
+        let spawn = |now| spawn_take(&state, &policy, now);
+        let (early, late) = (spawn(900 * MS), spawn(1100 * MS));
+        let (early, late) = (early.join().unwrap(), late.join().unwrap());
+        assert_eq!(units(&state, &limits, 0, 1100 * MS), 1, "early {early:?}, late {late:?}");
+        REACHED.record([early.is_allowed(), late.is_allowed()], &[[true, false], [false, true]]);
+    });
+    REACHED.assert_all(&[[true, false], [false, true]]);
+}
+
+/// Strict 10/s as a pair, then a gate of 1 per 0.5 s. T (0.6 s) commits to the pair in
+/// slot [0 s, 1 s); C (1.5 s) turns the pair's word to slot [1 s, 2 s), carrying T's unit
+/// as the previous slot's count, and takes the gate's unit in [1.5 s, 2 s), which T adopts
+/// on its retry and finds full. T is refused, and its rollback must take its unit back
+/// from the previous slot's count: the ring leaves it counted there (the conservative
+/// case of `several_limits.rs`), the pair does not, so the pair holds exactly the admitted
+/// units in every interleaving.
+#[test]
+fn a_rollback_follows_its_units_across_the_turn() {
+    // (admitted, units the pair holds beyond them)
+    const LEGAL: [(u64, u64); 2] = [
+        (2, 0), // T, then C
+        (1, 0), // T refused: C first, or T's commit taken back after C's turn
+    ];
+    static REACHED: Reached<(u64, u64)> = Reached::new();
+    loom::model(|| {
+        let limits = [Limit::per_second(10).strict(), Limit::new(1, Duration::from_millis(500)).strict()];
+        let policy = policy(&limits);
+        let state = Arc::new(OwnedState::new(&policy, 0));
+        let spawn = |now| spawn_take(&state, &policy, now);
+        let (t, c) = (spawn(600 * MS), spawn(1500 * MS));
+        let (t, c) = (t.join().unwrap(), c.join().unwrap());
+        assert!(c.is_allowed(), "C {c:?}");
+        let admitted = 1 + u64::from(t.is_allowed());
+        // At 1.5 s the strict window counts slots [0 s, 1 s) and [1 s, 2 s) whole.
+        let held = units(&state, &limits, 0, 1500 * MS);
+        assert!(held >= admitted, "the pair holds {held} < {admitted} admitted: T {t:?}");
+        REACHED.record((admitted, held - admitted), &LEGAL);
+    });
+    REACHED.assert_all(&LEGAL);
+}
