@@ -20,7 +20,7 @@ use crate::algorithm::counter::{tag_distance, tag_of, Rule, Words};
 use crate::sync::Ordering;
 
 use super::ring::as_oldest;
-use super::{Flag, View};
+use super::view::{Flag, View};
 
 /// The most a field holds: a count of this many is saturated (`ring::saturated`, whose
 /// `entry_most` a pair rule sets to this).
