@@ -258,11 +258,15 @@ impl Words<'_> {
     }
 
     /// The view at `slot` given the loaded `cur` word, or the later slot to adopt instead
-    /// when `cur`, `sum` or the ring shows that time has already moved past `slot`.
+    /// when `cur`, `sum` or the ring shows that time has already moved past `slot`. Not
+    /// inlined: inlined into `view_slow`'s loop, its ring arithmetic's setup was hoisted
+    /// before the loop and paid on every call (a refusal of a key whose admission is 2.5 s
+    /// old, 60 slots: 603 instructions, 580 not inlined; callgrind).
     #[allow(
         clippy::arithmetic_side_effects,
         reason = "slots are below 2⁴⁵ and at least ring (module docs); tag distances are below 2³¹"
     )]
+    #[inline(never)]
     fn view_at(&self, rule: &Rule, slot: u64, elapsed: u64, seen: u64, view: &mut View) -> Result<(), u64> {
         let behind = tag_distance(slot as u32, tag_of(seen));
         if behind < 0 {
