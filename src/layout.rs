@@ -279,16 +279,18 @@ impl Policy {
 
     /// Do `self` and `newer` count the same windows the same way, so that a state of one
     /// can be copied into the other's layout slot by slot? (Sliding windows whose ring
-    /// entries differ in width only; see `algorithm::sliding::reencode`.)
+    /// entries differ in width only, or a pair word that becomes a ring of one slot; see
+    /// `algorithm::sliding::reencode`. A ring never becomes a pair: entries only widen.)
     pub(crate) fn same_windows(&self, newer: &Policy) -> bool {
         self.algorithm == Algorithm::SlidingWindow
             && newer.algorithm == Algorithm::SlidingWindow
             && self.rules.len() == newer.rules.len()
-            && self
-                .rules
-                .iter()
-                .zip(newer.rules.iter())
-                .all(|(a, b)| a.window == b.window && a.precision == b.precision && a.strict == b.strict)
+            && self.rules.iter().zip(newer.rules.iter()).all(|(a, b)| {
+                a.window == b.window
+                    && a.precision == b.precision
+                    && a.strict == b.strict
+                    && (a.pair || !b.pair)
+            })
     }
 
     /// Can a state laid out for `self` serve `newer` as it is? (The key table then points

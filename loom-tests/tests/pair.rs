@@ -13,14 +13,17 @@ use std::time::Duration;
 
 use loom::sync::Arc;
 use slidegate::model::OwnedState;
-use slidegate::Limit;
+use slidegate::{Decision, Limit};
 use slidegate_loom_tests::{policy, spawn_take, units, Reached, MS};
 
 /// Strict 1/s: a check at 0.9 s and one at 1.1 s, the second turning the word to the next
 /// slot. The strict window at 1.1 s still counts slot [0 s, 1 s) whole, so exactly one is
 /// admitted, whichever comes first: the turn keeps the first's unit as the previous
 /// slot's count, and a check at 0.9 s that finds the word already turned adopts the later
-/// slot and its counts. Either way the word ends holding one unit.
+/// slot and its counts. Either way the word ends holding one unit, and the refused check
+/// waits until the admitted unit's slot has left the strict window, which counts the
+/// previous slot whole: until 2 s for a unit in [0 s, 1 s), 3 s for one in [1 s, 2 s). (A
+/// check at 0.9 s that read the later slot's counts as its own slot's would say 2 s.)
 #[test]
 fn a_commit_races_the_turn_of_its_word() {
     static REACHED: Reached<[bool; 2]> = Reached::new();
@@ -33,6 +36,10 @@ fn a_commit_races_the_turn_of_its_word() {
         let (early, late) = (spawn(900 * MS), spawn(1100 * MS));
         let (early, late) = (early.join().unwrap(), late.join().unwrap());
         assert_eq!(units(&state, &limits, 0, 1100 * MS), 1, "early {early:?}, late {late:?}");
+        let until = |d: &Decision, at: u64| d.retry_after().map(|w| at + w.as_nanos() as u64);
+        let waits = [until(&early, 900 * MS), until(&late, 1100 * MS)];
+        let exact = if early.is_allowed() { [None, Some(2000 * MS)] } else { [Some(3000 * MS), None] };
+        assert_eq!(waits, exact, "early {early:?}, late {late:?}");
         REACHED.record([early.is_allowed(), late.is_allowed()], &[[true, false], [false, true]]);
     });
     REACHED.assert_all(&[[true, false], [false, true]]);

@@ -96,12 +96,13 @@ impl Sliding {
     /// in it is marked saturated already), and every slot the ring holds re-encoded at its
     /// position, a saturated one saturated at `b`'s width. Exact when `b`'s entries are at
     /// least as wide (the only case a limiter produces: its entries only widen). A window
-    /// of one slot held as a pair (`pair.rs`) on either side has the same two counts
-    /// moved between the pair's fields and `cur` and the ring, a saturated one saturated.
+    /// of one slot held as a pair (`pair.rs`) has its two counts moved into `cur` and the
+    /// ring (or another pair), a saturated one saturated; a ring never becomes a pair
+    /// (`Policy::same_windows`).
     pub(crate) fn reencode(a: &Rule, b: &Rule, old: &[u64], new: &mut [u64], now: u64) {
         let word = |at: usize| old.get(at).copied().unwrap_or(0);
-        if a.pair || b.pair {
-            return Self::reencode_pair(a, b, word(a.at), &word, new, now);
+        if a.pair {
+            return Self::reencode_pair(a, b, word(a.at), new, now);
         }
         let cur = word(a.at);
         set(new, b.at, cur);
@@ -126,28 +127,15 @@ impl Sliding {
         }
     }
 
-    /// [`reencode`](Self::reencode) where `a` or `b` is a pair: `first` is `a`'s first word.
+    /// [`reencode`](Self::reencode) where `a` is a pair: `first` is its word.
     #[allow(clippy::arithmetic_side_effects, reason = "a slot is at least ring = 2 (counter.rs)")]
-    fn reencode_pair(a: &Rule, b: &Rule, first: u64, word: &dyn Fn(usize) -> u64, new: &mut [u64], now: u64) {
-        // The slot `a`'s first word holds, as a full index (its tag is the low 32 bits).
+    fn reencode_pair(a: &Rule, b: &Rule, first: u64, new: &mut [u64], now: u64) {
+        // The slot the pair holds, as a full index (its tag is the low 32 bits).
         let (now_slot, _) = a.slot_of(now);
         let held = now_slot.saturating_add_signed(tag_distance(tag_of(first), now_slot as u32));
-        let (current, previous) = if a.pair {
-            let previous = match previous_of(first) {
-                units if units >= FIELD_MOST => b.entry_most,
-                units => units,
-            };
-            let current = if current_of(first) >= FIELD_MOST { MAX_UNITS } else { current_of(first) };
-            (current, previous)
-        } else {
-            let (from, shift) = a.position(held - 1);
-            let previous = match read_entry(a, word(from), held - 1, shift) {
-                Hist::Count(units) if saturated(a, units) => FIELD_MOST,
-                Hist::Count(units) => units,
-                Hist::Newer(_) => 0,
-            };
-            (count_of(first), previous)
-        };
+        // A saturated field stands for more than any count it could hold: saturated again.
+        let current = if current_of(first) >= FIELD_MOST { MAX_UNITS } else { current_of(first) };
+        let previous = if previous_of(first) >= FIELD_MOST { b.entry_most } else { previous_of(first) };
         if b.pair {
             set(new, b.at, pack_pair(held, current, previous));
             return;
