@@ -106,8 +106,10 @@ fn uptime_limits() -> impl Strategy<Value = Vec<Limit>> {
 }
 
 /// Limits for the cases of records and policy changes: `max` on either side of each ring
-/// entry width (254/255, 65,534/65,535), windows and precisions that change under a carry.
-const CHANGE_LIMITS: [&str; 12] = [
+/// entry width (254/255, 65,534/65,535), windows of one slot on either side of a pair
+/// word's (65,534 in one word, 65,535 in a ring), windows and precisions that change under
+/// a carry.
+const CHANGE_LIMITS: [&str; 14] = [
     "100/10s@250ms",
     "247/10s@250ms",
     "266/10s@250ms",
@@ -118,6 +120,8 @@ const CHANGE_LIMITS: [&str; 12] = [
     "255/2s@500ms",
     "65534/s@250ms",
     "65535/s@250ms",
+    "65534/s",
+    "65535/s",
     "5/2s@500ms",
     "300/10s@1s",
 ];
