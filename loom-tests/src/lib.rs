@@ -45,6 +45,15 @@ mod imp {
         loom::thread::spawn(move || take(&state, &policy, now, 1))
     }
 
+    /// Two threads against a fresh state (created at 0) under `limits`, each taking one
+    /// unit at its time in `at`; the state and their decisions.
+    pub fn race_at(limits: &[Limit], at: [u64; 2]) -> (loom::sync::Arc<OwnedState>, [Decision; 2]) {
+        let policy = policy(limits);
+        let state = loom::sync::Arc::new(OwnedState::new(&policy, 0));
+        let [a, b] = at.map(|now| spawn_take(&state, &policy, now));
+        (state, [a.join().unwrap(), b.join().unwrap()])
+    }
+
     /// A cost-1 peek: writes nothing; `remaining()` is as if one more unit were admitted.
     pub fn peek(state: &OwnedState, policy: &Policy, now: u64) -> Decision {
         decided(state.check(policy, now, 1, false))

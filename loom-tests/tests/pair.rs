@@ -11,10 +11,8 @@
 
 use std::time::Duration;
 
-use loom::sync::Arc;
-use slidegate::model::OwnedState;
 use slidegate::{Decision, Limit};
-use slidegate_loom_tests::{policy, spawn_take, units, Reached, MS};
+use slidegate_loom_tests::{policy, race_at, units, Reached, MS};
 
 /// Strict 1/s: a check at 0.9 s and one at 1.1 s, the second turning the word to the next
 /// slot. The strict window at 1.1 s still counts slot [0 s, 1 s) whole, so exactly one is
@@ -29,12 +27,8 @@ fn a_commit_races_the_turn_of_its_word() {
     static REACHED: Reached<[bool; 2]> = Reached::new();
     loom::model(|| {
         let limits = [Limit::per_second(1).strict()];
-        let policy = policy(&limits);
-        assert_eq!(policy.words_per_key(), 2, "touched and the pair word");
-        let state = Arc::new(OwnedState::new(&policy, 0));
-        let spawn = |now| spawn_take(&state, &policy, now);
-        let (early, late) = (spawn(900 * MS), spawn(1100 * MS));
-        let (early, late) = (early.join().unwrap(), late.join().unwrap());
+        assert_eq!(policy(&limits).words_per_key(), 2, "touched and the pair word");
+        let (state, [early, late]) = race_at(&limits, [900 * MS, 1100 * MS]);
         assert_eq!(units(&state, &limits, 0, 1100 * MS), 1, "early {early:?}, late {late:?}");
         let until = |d: &Decision, at: u64| d.retry_after().map(|w| at + w.as_nanos() as u64);
         let waits = [until(&early, 900 * MS), until(&late, 1100 * MS)];
@@ -62,11 +56,7 @@ fn a_rollback_follows_its_units_across_the_turn() {
     static REACHED: Reached<(u64, u64)> = Reached::new();
     loom::model(|| {
         let limits = [Limit::per_second(10).strict(), Limit::new(1, Duration::from_millis(500)).strict()];
-        let policy = policy(&limits);
-        let state = Arc::new(OwnedState::new(&policy, 0));
-        let spawn = |now| spawn_take(&state, &policy, now);
-        let (t, c) = (spawn(600 * MS), spawn(1500 * MS));
-        let (t, c) = (t.join().unwrap(), c.join().unwrap());
+        let (state, [t, c]) = race_at(&limits, [600 * MS, 1500 * MS]);
         assert!(c.is_allowed(), "C {c:?}");
         let admitted = 1 + u64::from(t.is_allowed());
         // At 1.5 s the strict window counts slots [0 s, 1 s) and [1 s, 2 s) whole.

@@ -16,7 +16,7 @@ use loom::sync::Arc;
 use loom::thread;
 use slidegate::model::OwnedState;
 use slidegate::{Decision, Denial, Limit};
-use slidegate_loom_tests::{peek, policy, spawn_take, take, units, Reached, MS};
+use slidegate_loom_tests::{peek, policy, race_at, take, units, Reached, MS};
 
 /// Time of every check: inside the slot the state was created in, so no slot moves.
 const NOW: u64 = 500 * MS;
@@ -94,11 +94,7 @@ fn rollback_after_the_slot_closed_over_counts_at_most_its_cost() {
     static REACHED: Reached<(u64, u64)> = Reached::new();
     loom::model(|| {
         let limits = closer_and_gate();
-        let policy = policy(&limits);
-        let state = Arc::new(OwnedState::new(&policy, 0));
-        let spawn = |now| spawn_take(&state, &policy, now);
-        let (t, c) = (spawn(600 * MS), spawn(1500 * MS));
-        let (t, c) = (t.join().unwrap(), c.join().unwrap());
+        let (state, [t, c]) = race_at(&limits, [600 * MS, 1500 * MS]);
         assert!(c.is_allowed(), "C {c:?}");
         let admitted = 1 + u64::from(t.is_allowed());
         // At 1.5 s the first limit's window covers [0 s, 2 s), every slot used; the second

@@ -101,51 +101,50 @@ impl Sliding {
     /// (`Policy::same_windows`).
     pub(crate) fn reencode(a: &Rule, b: &Rule, old: &[u64], new: &mut [u64], now: u64) {
         let word = |at: usize| old.get(at).copied().unwrap_or(0);
+        let first = word(a.at);
+        // The slot `a`'s first word (`cur`, or a pair) holds, as a full index (a tag is its
+        // low 32 bits; module docs).
+        let (now_slot, _) = a.slot_of(now);
+        let held = now_slot.saturating_add_signed(tag_distance(tag_of(first), now_slot as u32));
         if a.pair {
-            return Self::reencode_pair(a, b, word(a.at), new, now);
+            // A saturated field stands for more than any count it could hold: saturated again.
+            let current = if current_of(first) >= FIELD_MOST { MAX_UNITS } else { current_of(first) };
+            let previous = if previous_of(first) >= FIELD_MOST { b.entry_most } else { previous_of(first) };
+            if b.pair {
+                set(new, b.at, pack_pair(held, current, previous));
+            } else {
+                set(new, b.at, pack(held, current));
+                Self::write_ring(
+                    b,
+                    new,
+                    held,
+                    |slot| if slot.saturating_add(1) == held { previous } else { 0 },
+                );
+            }
+            return;
         }
-        let cur = word(a.at);
-        set(new, b.at, cur);
+        set(new, b.at, first);
         if let (Some(from), Some(to)) = (a.sum_word(), b.sum_word()) {
             set(new, to, word(from));
         }
-        // The slot `cur` holds, as a full index (a tag is its low 32 bits; module docs).
-        let (now_slot, _) = a.slot_of(now);
-        let held = now_slot.saturating_add_signed(tag_distance(tag_of(cur), now_slot as u32));
-        // Oldest first, so each new word's tag ends at the newest slot in it.
-        for slot in held.saturating_sub(a.ring)..held {
+        Self::write_ring(b, new, held, |slot| {
             let (from, shift) = a.position(slot);
-            let units = match read_entry(a, word(from), slot, shift) {
+            match read_entry(a, word(from), slot, shift) {
                 // A saturated entry stays saturated at the new width (module docs).
                 Hist::Count(units) if saturated(a, units) => b.entry_most,
                 Hist::Count(units) => units,
                 Hist::Newer(_) => 0,
-            };
-            let (to, shift) = b.position(slot);
-            let into = new.get(to).copied().unwrap_or(0);
-            set(new, to, with_entry(b, b.ring_retag(into, slot), shift, units));
-        }
+            }
+        });
     }
 
-    /// [`reencode`](Self::reencode) where `a` is a pair: `first` is its word.
-    #[allow(clippy::arithmetic_side_effects, reason = "a slot is at least ring = 2 (counter.rs)")]
-    fn reencode_pair(a: &Rule, b: &Rule, first: u64, new: &mut [u64], now: u64) {
-        // The slot the pair holds, as a full index (its tag is the low 32 bits).
-        let (now_slot, _) = a.slot_of(now);
-        let held = now_slot.saturating_add_signed(tag_distance(tag_of(first), now_slot as u32));
-        // A saturated field stands for more than any count it could hold: saturated again.
-        let current = if current_of(first) >= FIELD_MOST { MAX_UNITS } else { current_of(first) };
-        let previous = if previous_of(first) >= FIELD_MOST { b.entry_most } else { previous_of(first) };
-        if b.pair {
-            set(new, b.at, pack_pair(held, current, previous));
-            return;
-        }
-        set(new, b.at, pack(held, current));
+    /// Writes ring `b`'s entries for the `ring` slots before `held`, oldest first (so each
+    /// word's tag ends at the newest slot in it), each holding `units(slot)`.
+    fn write_ring(b: &Rule, new: &mut [u64], held: u64, units: impl Fn(u64) -> u64) {
         for slot in held.saturating_sub(b.ring)..held {
-            let units = if slot + 1 == held { previous } else { 0 };
             let (to, shift) = b.position(slot);
             let into = new.get(to).copied().unwrap_or(0);
-            set(new, to, with_entry(b, b.ring_retag(into, slot), shift, units));
+            set(new, to, with_entry(b, b.ring_retag(into, slot), shift, units(slot)));
         }
     }
 }
