@@ -119,7 +119,7 @@ impl Policy {
     }
 
     /// As [`with_algorithm`](Self::with_algorithm), with limit `j`'s ring entries at least
-    /// as wide as `widest[j]` says (an `entries_log`: smaller is wider). A limiter's policies
+    /// `widest[j]` bits wide. A limiter's policies
     /// share these floors, which only ever widen (see `policy.rs`), so that moving a key
     /// between them never narrows its entries.
     pub(crate) fn with_entries(
@@ -154,10 +154,10 @@ impl Policy {
                 return Err(ConfigError::ZeroPrecision { limit: *limit });
             };
             let interval = window.div_ceil(limit.max().max(1));
-            let entries_log = match algorithm {
-                Algorithm::SlidingWindow => ring_entries_log(limit.max()).min(floor),
+            let entry_bits = match algorithm {
+                Algorithm::SlidingWindow => ring_entry_bits(limit.max()).max(floor),
                 // No ring: the field is unused, and equal for every policy.
-                _ => 0,
+                _ => 32,
             };
             // One slot whose counts fit 16 bits: one word, no ring. A pair's fields are 16
             // bits whatever `max`, so two pair rules of a window share their layout.
@@ -165,9 +165,9 @@ impl Policy {
             let pairs = !NO_PAIRS.with(std::cell::Cell::get);
             #[cfg(not(test))]
             let pairs = true;
-            let pair = pairs && algorithm == Algorithm::SlidingWindow && slots == 1 && entries_log >= 1;
-            let entries_log = if pair { 1 } else { entries_log };
-            let rule = Rule {
+            let pair = pairs && algorithm == Algorithm::SlidingWindow && slots == 1 && entry_bits <= 16;
+            let entry_bits = if pair { 16 } else { entry_bits };
+            let mut rule = Rule {
                 limit: *limit,
                 max: limit.max(),
                 precision,
@@ -177,16 +177,19 @@ impl Policy {
                 pair,
                 at,
                 ring_at,
-                entries_log,
-                entry_most: u64::from(u32::MAX >> (32 - (32 >> entries_log))),
-                // Set below, once the policy's expiry is known.
+                entry_bits,
+                entry_most: u64::from(u32::MAX >> (32 - entry_bits)),
+                // Wide until `narrow_rings` knows the policy's expiry.
                 ring_word: RingWord::Wide,
+                per_word: 1,
+                per_word_inverse: 1 << 32,
                 by_precision,
                 by_ring,
                 window,
                 interval,
                 burst: interval.saturating_mul(limit.max()),
             };
+            rule.set_ring_word(RingWord::Wide);
             at += algorithm.words(&rule);
             rules.push(rule);
         }
@@ -308,7 +311,7 @@ impl Policy {
                     && a.strict == b.strict
                     && a.pair == b.pair
                     && a.at == b.at
-                    && a.entries_log == b.entries_log
+                    && a.entry_bits == b.entry_bits
                     && a.ring_word == b.ring_word
             })
     }
@@ -363,7 +366,7 @@ const NARROW_PRECISION: u64 = 1_000_000_000;
 const NARROW_SPAN: u64 = 1 << 14;
 
 /// Packs the ring words of the sliding windows in `rules` narrow (a 16-bit tag over 48 bits
-/// of entries) where that holds more: 8- and 16-bit entries, in slots of at least 1 s, and
+/// of entries) where that holds more: entries of up to 24 bits, in slots of at least 1 s, and
 /// a policy's `expiry` and two rings below [`NARROW_SPAN`] slots. The rest stay wide. Word
 /// offsets move up to match; returns the words saved.
 #[allow(
@@ -380,8 +383,8 @@ fn narrow_rings(rules: &mut [Rule], expiry: u64) -> usize {
         }
         let wide = rule.ring_words();
         let span = rule.by_precision.div_rem(expiry).0.saturating_add(2 * rule.ring);
-        if rule.entries_log >= 1 && rule.precision >= NARROW_PRECISION && span < NARROW_SPAN {
-            rule.ring_word = RingWord::Narrow;
+        if rule.entry_bits <= 24 && rule.precision >= NARROW_PRECISION && span < NARROW_SPAN {
+            rule.set_ring_word(RingWord::Narrow);
         }
         rule.at -= shift;
         rule.ring_at -= shift;
@@ -390,18 +393,19 @@ fn narrow_rings(rules: &mut [Rule], expiry: u64) -> usize {
     shift
 }
 
-/// The `entries_log` of the narrowest ring entries (8-bit counts).
+/// The narrowest ring entries, in bits (counts up to 3, for a `max` of 1 or 2).
 pub(crate) const NARROWEST: u32 = 2;
 
-/// The ring entries' width for a limit of `max`, as a code (2: 8 bits, 1: 16, 0: 32; in a
-/// wide ring word, log₂ of the entries per word): the narrowest count that holds more than
+/// The ring entries' width in bits for a limit of `max`: the fewest that hold more than
 /// `max` (a slot admits at most `max` units through checks; more only through `record` or
-/// a carry, and a narrow entry then saturates, see `algorithm/sliding/`).
-pub(crate) fn ring_entries_log(max: u64) -> u32 {
-    match max {
-        0..=0xFE => 2,
-        0xFF..=0xFFFE => 1,
-        _ => 0,
+/// a carry, and a narrow entry then saturates at `2^bits − 1`, see `algorithm/sliding/`),
+/// so 6 bits for a `max` up to 62, 8 up to 254, 16 up to 65,534; past 24 bits a whole
+/// 32-bit entry (a word holds one either way), whose largest count, `2³² − 1`, is also the
+/// largest `max`.
+pub(crate) fn ring_entry_bits(max: u64) -> u32 {
+    match u64::BITS.saturating_sub(max.saturating_add(1).leading_zeros()) {
+        bits @ 0..=24 => bits.max(NARROWEST),
+        _ => 32,
     }
 }
 
@@ -450,12 +454,13 @@ mod tests {
     fn ring_words_are_narrow_in_slots_of_a_second_or_more_within_a_short_span() {
         use RingWord::{Narrow, Wide};
         let formats = |limits: &[&str]| rules(limits).iter().map(|r| r.ring_word).collect::<Vec<_>>();
-        // 8- and 16-bit entries in 1 s slots, 1 min slots (per_hour's default): narrow.
+        // Entries of up to 24 bits in 1 s slots, 1 min slots (per_hour's default): narrow.
         assert_eq!(formats(&["60/min"]), [Narrow]);
         assert_eq!(formats(&["1000/min"]), [Narrow]);
         assert_eq!(formats(&["240/h"]), [Narrow]);
+        assert_eq!(formats(&["100000/min"]), [Narrow]);
         // 32-bit entries gain nothing from a narrow tag.
-        assert_eq!(formats(&["100000/min"]), [Wide]);
+        assert_eq!(formats(&["20000000/min"]), [Wide]);
         // Slots under 1 s: the wide tag's 2³¹ slots (24 days at 1 ms).
         assert_eq!(formats(&["10/s@500ms"]), [Wide]);
         // A day's expiry is 86,400 one-second slots, past the narrow span: the 1 s limit's
@@ -477,28 +482,82 @@ mod tests {
             assert_eq!((rule.at, rule.ring_at), (at, at + 1 + usize::from(rule.slots > 1)));
             at = rule.ring_at + rule.ring_words();
         }
-        // touched, then 2 + 11, 2 + 21 and 2 + 3 words.
+        // touched, then 2 + 11 (six 7-bit entries to a word), 2 + 16 (four 10-bit ones)
+        // and 2 + 2 words (eight 4-bit ones to a wide word).
         assert_eq!(policy.words_per_key(), at);
-        assert_eq!(at, 1 + 13 + 23 + 5);
+        assert_eq!(at, 1 + 13 + 18 + 4);
+    }
+
+    #[test]
+    fn ring_entries_are_as_narrow_as_max_allows() {
+        // The fewest bits holding more than `max`: 2 up to 2, 6 up to 62, 8 up to 254, 16
+        // up to 65,534, 24 up to 2²⁴ − 2, then a whole 32-bit entry.
+        for (max, bits) in [
+            (1, 2),
+            (2, 2),
+            (3, 3),
+            (62, 6),
+            (63, 7),
+            (254, 8),
+            (255, 9),
+            (1000, 10),
+            (65_534, 16),
+            (65_535, 17),
+            ((1 << 24) - 2, 24),
+            ((1 << 24) - 1, 32),
+            (u64::from(u32::MAX), 32),
+        ] {
+            assert_eq!(ring_entry_bits(max), bits, "{max}");
+            let most = u64::from(u32::MAX >> (32 - bits));
+            assert!(most > max || (bits == 32 && max == most), "{max}");
+        }
     }
 
     #[test]
     fn narrow_words_hold_more_entries() {
-        // 61 entries: six 8-bit ones to a narrow word (11 words, not 16); three 16-bit ones
-        // (21, not 31).
+        // 61 entries: eight 6-bit ones to a narrow word (8 words, not 16 of 32-bit entries);
+        // four 10-bit ones (16, not 31 of 16-bit entries wide).
         let small = rules(&["60/min"]).remove(0);
-        assert_eq!(small.ring_words(), 11);
+        assert_eq!((small.entry_bits, small.per_word, small.ring_words()), (6, 8, 8));
         let large = rules(&["1000/min"]).remove(0);
-        assert_eq!(large.ring_words(), 21);
-        // Every position has its own entry, and entries stay within a word's low 48 bits.
-        for rule in [small, large] {
+        assert_eq!((large.entry_bits, large.per_word, large.ring_words()), (10, 4, 16));
+        let wide = rules(&["5000/min@500ms"]).remove(0);
+        assert_eq!(
+            (wide.ring_word, wide.entry_bits, wide.per_word, wide.ring_words()),
+            (RingWord::Wide, 13, 2, 61)
+        );
+        // Every position has its own entry, and entries stay within a word's entry bits.
+        for rule in [small, large, wide] {
+            let bits = rule.ring_word.entry_bits();
             let mut seen = std::collections::HashSet::new();
             for position in 0..rule.ring as usize {
                 let (word, shift) = rule.place(position);
                 assert!(word >= rule.ring_at && word < rule.ring_at + rule.ring_words(), "{position}");
-                assert!(shift + (32 >> rule.entries_log) <= 48, "{position}: {shift}");
+                assert!(shift + rule.entry_bits <= bits, "{position}: {shift}");
                 assert!(seen.insert((word, shift)), "{position} shares an entry");
-                assert_eq!(rule.left_in_word(position), (48 - shift as usize) / (32 >> rule.entries_log));
+                assert_eq!(rule.left_in_word(position), ((bits - shift) / rule.entry_bits) as usize);
+            }
+        }
+    }
+
+    #[test]
+    fn a_position_splits_exactly_at_every_width() {
+        // The multiply-and-shift of `place` against a division, for every entries-per-word
+        // count a width gives, over the longest ring's positions.
+        for bits in NARROWEST..=32 {
+            for ring_word in [RingWord::Wide, RingWord::Narrow] {
+                let mut rule = rules(&["10/min"]).remove(0);
+                rule.entry_bits = bits;
+                rule.set_ring_word(ring_word);
+                let per_word = (ring_word.entry_bits() / bits).max(1) as usize;
+                assert_eq!(rule.per_word as usize, per_word);
+                for position in 0..=crate::limit::MAX_SLOTS as usize + 1 {
+                    let (word, within) = rule.locate(position);
+                    assert_eq!(
+                        (word - rule.ring_at, within as usize),
+                        (position / per_word, position % per_word)
+                    );
+                }
             }
         }
     }

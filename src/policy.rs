@@ -11,7 +11,7 @@ use arc_swap::ArcSwap;
 
 use crate::algorithm::Algorithm;
 use crate::error::ConfigError;
-use crate::layout::{ring_entries_log, Carry, Policy, MAX_LIMITS, NARROWEST};
+use crate::layout::{ring_entry_bits, Carry, Policy, MAX_LIMITS, NARROWEST};
 use crate::limit::Limit;
 use crate::metrics::Metrics;
 
@@ -87,8 +87,7 @@ pub(crate) struct Tiers {
     algorithm: Algorithm,
     /// The shortest expiry of any version ever published: the sweeper's first filter.
     shortest_expiry: AtomicU64,
-    /// How wide every policy's ring entries are, per limit position (an `entries_log`,
-    /// smaller is wider): wide enough for the largest `max` any policy has had there. Only
+    /// How wide every policy's ring entries are, per limit position (in bits): wide enough for the largest `max` any policy has had there. Only
     /// ever widens, and every current version uses it, so that moving a key between
     /// policies, or to a new version, never narrows its entries (which could saturate a
     /// count and make the move inexact). Held while a version is published.
@@ -225,7 +224,7 @@ fn publish(tier: &Tier, policy: Policy) {
 /// Widens `widest` to hold each of `limits`' `max`.
 fn widen(widest: &mut [u32; MAX_LIMITS], limits: &[Limit]) {
     for (w, limit) in widest.iter_mut().zip(limits) {
-        *w = (*w).min(ring_entries_log(limit.max()));
+        *w = (*w).max(ring_entry_bits(limit.max()));
     }
 }
 

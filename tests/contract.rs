@@ -182,9 +182,15 @@ fn units_recorded_near_2_pow_32_per_slot_stay_counted_while_in_the_window() {
     let cases = [
         (MAX_UNITS, MAX_UNITS, false),
         (1000, MAX_UNITS, true),
-        (1000, 0xFFFE, false),
+        // 1,000: 10-bit entries, whose largest count, 1,023, means saturated.
+        (1000, 0x3FE, false),
+        (1000, 0xFFFE, true),
         (200, 0xFE, false),
         (200, 100_000, true),
+        // 50: 6-bit entries (63 means saturated).
+        (50, 62, false),
+        (50, 63, true),
+        (40_000, 0xFFFE, false),
     ];
     let mut failures = Vec::new();
     let mut count = 0;

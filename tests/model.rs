@@ -105,11 +105,11 @@ fn uptime_limits() -> impl Strategy<Value = Vec<Limit>> {
     })
 }
 
-/// Limits for the cases of records and policy changes: `max` on either side of each ring
-/// entry width (254/255, 65,534/65,535), windows of one slot on either side of a pair
+/// Limits for the cases of records and policy changes: `max` on either side of ring entry
+/// widths (62/63: 6 and 7 bits; 254/255; 65,534/65,535; 2²⁴−2/2²⁴−1: 24 and 32 bits), windows of one slot on either side of a pair
 /// word's (65,534 in one word, 65,535 in a ring), windows and precisions that change under
 /// a carry.
-const CHANGE_LIMITS: [&str; 14] = [
+const CHANGE_LIMITS: [&str; 19] = [
     "100/10s@250ms",
     "247/10s@250ms",
     "266/10s@250ms",
@@ -124,6 +124,12 @@ const CHANGE_LIMITS: [&str; 14] = [
     "65535/s",
     "5/2s@500ms",
     "300/10s@1s",
+    // Narrow ring words on either side of an entry width: 6 and 7 bits, 24 and 32.
+    "62/10s@1s",
+    "63/10s@1s",
+    "70000/10s@1s",
+    "16777214/10s@1s",
+    "16777215/10s@1s",
 ];
 
 /// One to two limits from [`CHANGE_LIMITS`], each strict or not.
@@ -336,8 +342,8 @@ fn sequences_across_the_slot_tag_wrap_match_the_model() {
             ops.push(Op::Sweep);
         }
     }
-    // Limits whose rings pack narrow words (16-bit tags: slots of 1 s or more, 8- and
-    // 16-bit entries), beside the wide ones above.
+    // Limits whose rings pack narrow words (16-bit tags: slots of 1 s or more; 3-, 8- and
+    // 9-bit entries), beside the wide ones above.
     let narrow: Vec<Limit> =
         ["4/3s@1s", "200/min", "300/10s@1s strict"].iter().map(|t| t.parse().unwrap()).collect();
     for (limits, algorithm) in ALGORITHMS.iter().flat_map(|&a| [(&limits, a), (&narrow, a)]) {
@@ -353,7 +359,7 @@ fn sequences_across_the_slot_tag_wrap_match_the_model() {
 
 /// The cases that found a saturated slot forgotten, through the same harness: a slot
 /// recorded past its 8-bit entries (2³²−1 units at 0 s, closed by 4 more at 0.25 s), then a
-/// `max` that needs 16-bit entries, one limit or two; and the same state carried into a new
+/// `max` that needs 9-bit entries, one limit or two; and the same state carried into a new
 /// precision. The saturated slot must refuse everything until it leaves the window.
 #[test]
 fn a_saturated_slot_survives_a_wider_ring_and_a_carry_in_the_model() {

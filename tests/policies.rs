@@ -858,7 +858,7 @@ fn a_move_between_policies_of_different_entry_widths_is_exact() {
 // ---------------------------------------------------------------------------------------
 
 /// A key of one policy "p" = `limits`, with 2³²−1 units recorded at 0 s and 4 at 0.25 s (so
-/// that slot 0 of the 250 ms-slotted limit is closed, saturated, into a ring of 8-bit
+/// that slot 0 of the 250 ms-slotted limit is closed, saturated, into a ring of 7-bit
 /// entries), the clock left at 0.25 s.
 fn saturated_at_0(limits: &[&str], clock: &ManualClock) -> Limiter<u64> {
     let limiter = single(Algorithm::SlidingWindow, limits, clock);
@@ -876,8 +876,8 @@ fn a_saturated_slot_stays_full_when_its_ring_is_widened() {
     ] {
         let clock = ManualClock::new();
         let limiter = saturated_at_0(before, &clock);
-        // 247 keeps 8-bit entries; 266 needs 16-bit ones: the next check re-encodes the ring.
-        let narrow: Vec<String> = before.iter().map(|l| l.replace("100/10s", "247/10s")).collect();
+        // 126 keeps 7-bit entries; 266 needs 9-bit ones: the next check re-encodes the ring.
+        let narrow: Vec<String> = before.iter().map(|l| l.replace("100/10s", "126/10s")).collect();
         let narrow: Vec<&str> = narrow.iter().map(String::as_str).collect();
         limiter.update_policy("p", config(&narrow), Carry::Reset).unwrap();
         assert_eq!(limiter.check_n(&1, 0).denial(), Some(Denial::Limit(refusing)), "{before:?}");

@@ -250,9 +250,9 @@ fn stale_closer_races_a_reused_ring_position() {
 
 /// A delayed writer in a shared ring word. Ring entries are as narrow as `max` allows and
 /// share 64-bit words under one tag, the newest slot written into the word: in slots of
-/// 1 s or more a narrow word (a 16-bit tag over six 8-bit counts up to `max` 254, or three
-/// 16-bit ones up to 65,534), in shorter slots a wide one (a 32-bit tag over four 8-bit or
-/// two 16-bit counts). A window of 3 slots of `slot` ms, strict, with a unit in slot 0: D
+/// 1 s or more a narrow word (a 16-bit tag over 48 bits of counts: twelve 4-bit ones for a
+/// `max` of 10, four 10-bit ones for 1,000), in shorter slots a wide one (a 32-bit tag
+/// over 32 bits: eight 4-bit or three 10-bit counts). A window of 3 slots of `slot` ms, strict, with a unit in slot 0: D
 /// (1.2 slots) loads `cur` in slot 0 and goes to close it, while M checks at 1.5 slots
 /// (closing slot 0; its unit in slot 1), 2.5 (closing slot 1 into the word slot 0 shares)
 /// and 4.5 (slot 1 is now the oldest, read from the ring). D's write may land after all of
@@ -284,21 +284,21 @@ fn delayed_writer_in_a_shared_word(max: u64, slot: u64) {
 }
 
 #[test]
-fn delayed_writer_in_a_narrow_word_of_8_bit_counts() {
+fn delayed_writer_in_a_narrow_word_of_4_bit_counts() {
     delayed_writer_in_a_shared_word(10, 1000);
 }
 
 #[test]
-fn delayed_writer_in_a_narrow_word_of_16_bit_counts() {
+fn delayed_writer_in_a_narrow_word_of_10_bit_counts() {
     delayed_writer_in_a_shared_word(1000, 1000);
 }
 
 #[test]
-fn delayed_writer_in_a_wide_word_of_8_bit_counts() {
+fn delayed_writer_in_a_wide_word_of_4_bit_counts() {
     delayed_writer_in_a_shared_word(10, 500);
 }
 
 #[test]
-fn delayed_writer_in_a_wide_word_of_16_bit_counts() {
+fn delayed_writer_in_a_wide_word_of_10_bit_counts() {
     delayed_writer_in_a_shared_word(1000, 500);
 }

@@ -151,22 +151,29 @@ pub(crate) struct Rule {
     pub(crate) strict: bool,
     /// A sliding window of one slot whose counts fit 16 bits: the current and previous
     /// slots' counts in one word with the tag, no ring (`algorithm/sliding/pair.rs`).
-    /// Its `entries_log` is then 1 (a field's width) and `ring_at` unused.
+    /// Its `entry_bits` is then 16 (a field's width) and `ring_at` unused.
     pub(crate) pair: bool,
     /// Index of this limit's first word (`cur` for the sliding and fixed windows). With more than one slot a `sum` word follows it,
     /// then the ring.
     pub(crate) at: usize,
     /// Index of the first ring word.
     pub(crate) ring_at: usize,
-    /// The width of a ring entry as a code: 2 (8-bit counts) for a `max` up to 254, 1
-    /// (16-bit) up to 65,534, else 0 (32-bit). See [`ring_entries_log`] and `algorithm/sliding/`.
+    /// The width of a ring entry in bits, 2 to 32: the fewest that hold more than `max` (see
+    /// [`ring_entry_bits`] and `algorithm/sliding/`), or wider where the limiter's other
+    /// policies need it.
     ///
-    /// [`ring_entries_log`]: crate::layout::ring_entries_log
-    pub(crate) entries_log: u32,
-    /// The largest count a ring entry holds: `2^(32 >> entries_log) − 1`, more than `max`.
+    /// [`ring_entry_bits`]: crate::layout::ring_entry_bits
+    pub(crate) entry_bits: u32,
+    /// The largest count a ring entry holds: `2^entry_bits − 1`, more than `max`.
     pub(crate) entry_most: u64,
     /// How a ring word packs: [`RingWord`] (`Wide` for every algorithm without a ring).
+    /// Set with [`set_ring_word`](Self::set_ring_word), which also sets `per_word`.
     pub(crate) ring_word: RingWord,
+    /// Ring entries to a word: the word's entry bits ([`RingWord::entry_bits`]) over
+    /// `entry_bits`, at most 24.
+    pub(crate) per_word: u32,
+    /// `⌈2³² / per_word⌉`: a ring position over `per_word` as a multiply and a shift (`place`).
+    pub(crate) per_word_inverse: u64,
     /// `precision` and `ring` as fast divisors.
     pub(crate) by_precision: Divisor,
     pub(crate) by_ring: Divisor,
@@ -213,16 +220,49 @@ impl Rule {
         reason = "ring_at plus a position below ring over the entries per word is one of the limit's words; the shift is below 48"
     )]
     pub(crate) fn place(&self, position: usize) -> (usize, u32) {
-        let (word, within) = self.ring_word.split(position, self.entries_log);
-        (self.ring_at + word, within << (5 - self.entries_log))
+        let (word, within) = self.locate(position);
+        (word, within * self.entry_bits)
+    }
+
+    /// `(word index, entry index in that word)` of ring position `position` (below `ring`).
+    #[inline]
+    #[allow(
+        clippy::arithmetic_side_effects,
+        reason = "ring_at plus a position below ring over the entries per word is one of the limit's words"
+    )]
+    pub(crate) fn locate(&self, position: usize) -> (usize, u32) {
+        let (word, within) = self.split(position);
+        (self.ring_at + word, within)
     }
 
     /// Entries from ring position `position` (below `ring`) to the end of its word.
     #[inline]
     #[allow(clippy::arithmetic_side_effects, reason = "within < entries per word")]
     pub(crate) fn left_in_word(&self, position: usize) -> usize {
-        let (_, within) = self.ring_word.split(position, self.entries_log);
-        self.ring_word.per_word(self.entries_log) - within as usize
+        let (_, within) = self.split(position);
+        (self.per_word - within) as usize
+    }
+
+    /// `(word, entry within it)` of ring position `position`: a multiply and a shift. With
+    /// `m = ⌈2³²/d⌉ = (2³² + e)/d`, `e < d` (`d = per_word ≤ 24`), `p·m/2³²` exceeds `p/d`
+    /// by `p·e/(d·2³²)`, under `1/d` for every `p < 2³²/24`, so the floor is exact for every
+    /// position (below 2²⁰: a ring has at most MAX_SLOTS + 1 of them).
+    #[inline]
+    #[allow(
+        clippy::arithmetic_side_effects,
+        reason = "position < 2²⁰ times a multiplier ≤ 2³² fits u64; q × per_word ≤ position"
+    )]
+    fn split(&self, position: usize) -> (usize, u32) {
+        let word = ((position as u64 * self.per_word_inverse) >> 32) as usize;
+        (word, (position - word * self.per_word as usize) as u32)
+    }
+
+    /// Packs the ring in `ring_word`s, `per_word` entries of `entry_bits` to a word.
+    #[allow(clippy::arithmetic_side_effects, reason = "entry_bits is 2 to 32, per_word at least 1")]
+    pub(crate) fn set_ring_word(&mut self, ring_word: RingWord) {
+        self.ring_word = ring_word;
+        self.per_word = (ring_word.entry_bits() / self.entry_bits.max(1)).max(1);
+        self.per_word_inverse = (1u64 << 32).div_ceil(u64::from(self.per_word));
     }
 
     /// Signed distance in slots from `slot` to ring word `word`'s tag (valid while below
@@ -257,10 +297,10 @@ impl Rule {
         }
     }
 
-    /// Ring words: `ring` entries, as many to a word as [`RingWord::per_word`] says.
+    /// Ring words: `ring` entries, `per_word` to a word.
     #[inline]
     pub(crate) fn ring_words(&self) -> usize {
-        (self.ring as usize).div_ceil(self.ring_word.per_word(self.entries_log))
+        (self.ring as usize).div_ceil(self.per_word as usize)
     }
 
     /// The `sum` word: `(slot tag, units in the closed slots wholly inside that slot's
@@ -280,11 +320,12 @@ impl Rule {
 /// its entries (`algorithm/sliding/`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum RingWord {
-    /// A 32-bit tag over 32 bits of entries: four 8-bit counts, two 16-bit or one 32-bit.
+    /// A 32-bit tag over 32 bits of entries: as many as fit (sixteen 2-bit counts to one
+    /// 32-bit count).
     Wide,
-    /// A 16-bit tag over 48 bits of entries: six 8-bit counts or three 16-bit ones. Only
-    /// where tags 2¹⁵ slots apart never meet (`layout.rs` decides, the sliding module's docs
-    /// argue).
+    /// A 16-bit tag over 48 bits of entries: as many as fit (eight 6-bit counts, six 8-bit,
+    /// four 12-bit, three 16-bit, two 24-bit). Only where tags 2¹⁵ slots apart never meet
+    /// (`layout.rs` decides, the sliding module's docs argue).
     Narrow,
 }
 impl RingWord {
@@ -294,39 +335,6 @@ impl RingWord {
         match self {
             RingWord::Wide => 32,
             RingWord::Narrow => 48,
-        }
-    }
-
-    /// Entries to a word at the width `entries_log` codes (8, 16 or 32 bits; a narrow word
-    /// never holds 32-bit entries, `layout.rs`).
-    #[inline]
-    pub(crate) fn per_word(self, entries_log: u32) -> usize {
-        debug_assert!(self == RingWord::Wide || entries_log >= 1, "no narrow word of 32-bit entries");
-        match (self, entries_log) {
-            (RingWord::Wide, log) => 1 << log,
-            (RingWord::Narrow, 2) => 6,
-            (RingWord::Narrow, _) => 3,
-        }
-    }
-
-    /// `(word, entry within it)` of ring position `position`: a multiply and a shift, exact
-    /// for positions below 2²⁰ (a ring has at most MAX_SLOTS + 1 of them).
-    #[inline]
-    #[allow(
-        clippy::arithmetic_side_effects,
-        reason = "position < 2²⁰ times a multiplier ≤ 2³² fits u64; q × per_word ≤ position"
-    )]
-    fn split(self, position: usize, entries_log: u32) -> (usize, u32) {
-        match self {
-            RingWord::Wide => (position >> entries_log, (position & ((1 << entries_log) - 1)) as u32),
-            RingWord::Narrow => {
-                // ⌈2³² / per_word⌉: 6 and 3 leave an error of 2 per 2³², under 1 in the
-                // quotient for any dividend below 2³¹.
-                let (per_word, multiplier) =
-                    if entries_log == 2 { (6, 715_827_883) } else { (3, 1_431_655_766) };
-                let word = ((position as u64 * multiplier) >> 32) as usize;
-                (word, (position - word * per_word) as u32)
-            }
         }
     }
 }

@@ -82,19 +82,23 @@ pub const NS_PER_S: u64 = 1_000_000_000;
 /// it.
 pub const MOST: u64 = u32::MAX as u64;
 
-/// The ring entries' width for a limit of `max`, as `layout.rs` codes it: 2 (8-bit entries)
-/// up to 254, 1 (16-bit) up to 65,534, else 0 (32-bit).
-pub fn entries_log(max: u64) -> u32 {
-    match max {
-        0..=0xFE => 2,
-        0xFF..=0xFFFE => 1,
-        _ => 0,
+/// The ring entries' width in bits for a limit of `max`, as `layout.rs` lays it out: the
+/// fewest bits (at least 2) whose largest count is above `max`, up to 24; else 32.
+pub fn entry_bits(max: u64) -> u32 {
+    let mut bits = 2;
+    while (1u64 << bits) - 1 <= max {
+        bits += 1;
+    }
+    if bits > 24 {
+        32
+    } else {
+        bits
     }
 }
 
-/// The largest count a ring entry of `entries_log` holds: 2⁸−1, 2¹⁶−1 or 2³²−1.
-pub fn entry_most(entries_log: u32) -> u64 {
-    u64::from(u32::MAX >> (32 - (32 >> entries_log)))
+/// The largest count a ring entry of `bits` holds: `2^bits − 1`.
+pub fn entry_most(bits: u32) -> u64 {
+    (1u64 << bits) - 1
 }
 
 /// The most a pair word's field holds (`Rule::pair`): a count of this many is saturated.
@@ -190,7 +194,7 @@ impl Rule {
             algorithm,
             interval,
             burst: interval * limit.max(),
-            entry_most: entry_most(entries_log(limit.max())),
+            entry_most: entry_most(entry_bits(limit.max())),
         }
     }
 
@@ -424,7 +428,7 @@ pub struct Model {
     tiers: Vec<Vec<Rule>>,
     versions: Vec<usize>,
     carries: Vec<Carry>,
-    /// Per limit position, the ring entries' `entries_log` of every policy: wide enough for
+    /// Per limit position, the ring entries' width in bits of every policy: wide enough for
     /// every `max` any policy has had there (only ever widens, as `policy.rs`).
     widest: Vec<u32>,
     now: u64,
@@ -466,10 +470,10 @@ impl Model {
     fn widen(&mut self) {
         for rules in &self.tiers {
             for (j, rule) in rules.iter().enumerate() {
-                let log = entries_log(rule.max);
+                let bits = entry_bits(rule.max);
                 match self.widest.get_mut(j) {
-                    Some(w) => *w = (*w).min(log),
-                    None => self.widest.push(log),
+                    Some(w) => *w = (*w).max(bits),
+                    None => self.widest.push(bits),
                 }
             }
         }

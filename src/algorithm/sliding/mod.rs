@@ -17,15 +17,17 @@
 //!   check in an open slot reads three words whatever the window's length (a window of one
 //!   slot has none).
 //! * the ring: `n + 1` closed slots' counts. Slot `i`'s count lives at position
-//!   `i % (n + 1)`. Entries are as narrow as the limit's `max` allows: 8-bit counts up to
-//!   `max` 254, 16-bit ones up to 65,534, else 32-bit. A ring word packs a tag, the newest
-//!   slot written into it, with its entries: an entry then holds the newest slot at or
-//!   before the tag that maps to its position (`read_entry`, `ring.rs`). In slots of 1 s
-//!   or more, where the policy's expiry and two rings span under 2¹⁴ slots, the word is
-//!   *narrow*, a 16-bit tag over six 8-bit or three 16-bit entries; otherwise, and for
-//!   32-bit entries, it is *wide*, a 32-bit tag over four 8-bit, two 16-bit or one 32-bit
-//!   entry (`RingWord`, `counter.rs`; `layout.rs` decides). So a 60/min limit at 1 s
-//!   slots keeps its 61 closed slots in 11 words, not 61, and a 1000/min one in 21.
+//!   `i % (n + 1)`. Entries are as narrow as the limit's `max` allows: the fewest bits
+//!   (at least 2) whose largest count is above `max`, so 6 bits up to `max` 62, 8 up to
+//!   254, 10 up to 1,022, 16 up to 65,534, up to 24; past that 32. A ring word packs a
+//!   tag, the newest slot written into it, with as many entries as fit: an entry then
+//!   holds the newest slot at or before the tag that maps to its position (`read_entry`,
+//!   `ring.rs`). In slots of 1 s or more, where the policy's expiry and two rings span
+//!   under 2¹⁴ slots, the word is *narrow*, a 16-bit tag over 48 bits of entries;
+//!   otherwise, and for 32-bit entries, it is *wide*, a 32-bit tag over 32 bits
+//!   (`RingWord`, `counter.rs`; `layout.rs` decides). So a 60/min limit at 1 s slots keeps
+//!   its 61 closed slots in 8 words of eight 6-bit counts, and a 1000/min one in 16 of
+//!   four 10-bit counts.
 //!
 //! # Moving on
 //! At a current slot `k` the window reads slots `k-n ..= k-1` from the ring, which leaves
@@ -77,7 +79,7 @@
 //! stays where it was. Were that to last for the bound above (4.5 hours of lost races at
 //! 1 s slots in narrow words, without one admission of B), B's tags would be compared
 //! across a wrap. The loom models in `loom-tests/tests/slot_rotation.rs` race a delayed closer
-//! against later ones, in a narrow and a wide word of 8-bit and of 16-bit counts;
+//! against later ones, in a narrow and a wide word of 4-bit and of 10-bit counts;
 //! `tests/model.rs` runs across the points where either tag wraps.
 //!
 //! # Saturation

@@ -143,12 +143,12 @@ impl Words<'_> {
     pub(super) fn older_units(&self, rule: &Rule, slots: std::ops::Range<u64>, position: u64) -> Option<u64> {
         // A word at a time: one load, one check of its tag, and its entries added up.
         let (mut i, mut units) = (slots.start, 0u64);
-        let (at, shift) = rule.place(position as usize);
-        let mut cursor = Cursor { position, at, shift };
-        let per_word = rule.ring_word.per_word(rule.entries_log) as u64;
-        let entries = (1u64 << rule.ring_word.entry_bits()) - 1;
+        let (at, within) = rule.locate(position as usize);
+        let mut cursor = Cursor { position, at, within };
+        let per_word = u64::from(rule.per_word);
+        let entries = u64::MAX >> (u64::BITS - rule.per_word * rule.entry_bits);
         while i < slots.end {
-            if cursor.shift == 0 && slots.end - i >= per_word && rule.ring - cursor.position >= per_word {
+            if cursor.within == 0 && slots.end - i >= per_word && rule.ring - cursor.position >= per_word {
                 // A whole word (the usual case): no run to measure.
                 // Relaxed: ordered by the Acquire load of `cur` in `view`.
                 let word = self.word(cursor.at).load(Ordering::Relaxed);
@@ -156,7 +156,7 @@ impl Words<'_> {
                 if !holds(rule, word, i, last) {
                     return None;
                 }
-                units += lane_sum(word & entries, rule.entries_log);
+                units += lane_sum(word & entries, rule.entry_bits);
                 i += per_word;
                 cursor.advance(rule, per_word);
                 continue;
@@ -175,11 +175,10 @@ impl Words<'_> {
     #[inline(always)]
     #[allow(
         clippy::arithmetic_side_effects,
-        reason = "positions below ring; a shift below the word's entry bits (≤ 48); n ≥ 1 entries"
+        reason = "positions below ring; within < per_word, whose entries take at most 48 bits; n ≥ 1 entries"
     )]
     fn run(&self, rule: &Rule, i: u64, cursor: Cursor, end: u64) -> Option<(u64, u64)> {
-        let log_width = 5 - rule.entries_log;
-        let in_word = u64::from((rule.ring_word.entry_bits() - cursor.shift) >> log_width);
+        let in_word = u64::from(rule.per_word - cursor.within);
         let n = in_word.min(rule.ring - cursor.position).min(end - i);
         let last = i + n - 1;
         // Relaxed: ordered by the Acquire load of `cur` in `view`.
@@ -187,10 +186,10 @@ impl Words<'_> {
         if !holds(rule, word, i, last) {
             return None;
         }
-        // n entries of at most 48 bits in all: their lanes, added up in parallel.
-        let bits = (n as u32) << log_width;
-        let lanes = (word >> cursor.shift) & ((1u64 << bits) - 1);
-        Some((n, lane_sum(lanes, rule.entries_log)))
+        // n entries of at most 48 bits in all: their lanes, added up.
+        let bits = n as u32 * rule.entry_bits;
+        let lanes = (word >> (cursor.within * rule.entry_bits)) & ((1u64 << bits) - 1);
+        Some((n, lane_sum(lanes, rule.entry_bits)))
     }
 
     /// The walk of [`admissible_walk`](Self::admissible_walk) from the view's slot: `whole`
@@ -259,8 +258,8 @@ impl Words<'_> {
             #[cfg(not(test))]
             let runs = true;
             if runs && i < ring_end && view.current <= room {
-                let (at, shift) = rule.place(position as usize);
-                if let Some((n, units)) = self.run(rule, i, Cursor { position, at, shift }, ring_end) {
+                let (at, within) = rule.locate(position as usize);
+                if let Some((n, units)) = self.run(rule, i, Cursor { position, at, within }, ring_end) {
                     if whole.saturating_sub(units) > room && (left == u64::MAX || units <= left) {
                         // `oldest` stays stale: with more than `room` left, the next step
                         // sets it (or a jump does) before anything reads it.
@@ -343,12 +342,12 @@ impl Words<'_> {
     }
 }
 
-/// A walk's place in the ring: a position, its word and the bit shift of its entry there.
+/// A walk's place in the ring: a position, its word and its entry's index in that word.
 #[derive(Clone, Copy)]
 struct Cursor {
     position: u64,
     at: usize,
-    shift: u32,
+    within: u32,
 }
 
 impl Cursor {
@@ -357,11 +356,11 @@ impl Cursor {
     #[allow(clippy::arithmetic_side_effects, reason = "n entries within the word and the ring")]
     fn advance(&mut self, rule: &Rule, n: u64) {
         self.position += n;
-        self.shift += (n as u32) << (5 - rule.entries_log);
+        self.within += n as u32;
         if self.position == rule.ring {
-            *self = Cursor { position: 0, at: rule.ring_at, shift: 0 };
-        } else if self.shift == rule.ring_word.entry_bits() {
-            (self.at, self.shift) = (self.at + 1, 0);
+            *self = Cursor { position: 0, at: rule.ring_at, within: 0 };
+        } else if self.within == rule.per_word {
+            (self.at, self.within) = (self.at + 1, 0);
         }
     }
 }
@@ -374,18 +373,16 @@ fn holds(rule: &Rule, word: u64, first: u64, last: u64) -> bool {
     rule.ring_distance(word, last) >= 0 && rule.ring_distance(word, first) < rule.ring as i64
 }
 
-/// The sum of the lanes of `lanes`, `8 << (2 − entries_log)` bits each (8, 16 or 32), in
-/// its low 48 bits: lanes folded pairwise into wider ones, which cannot overflow (six
-/// 8-bit counts add up to less than 2¹¹, three 16-bit ones to less than 2¹⁸).
+/// The sum of the lanes of `lanes`, `bits` wide each (2 to 32), in its low 48 bits: at
+/// most 24 lanes, whose counts add up to less than 2³⁵.
 #[inline(always)]
-#[allow(clippy::arithmetic_side_effects, reason = "pairwise sums of lanes fit the wider lanes")]
-fn lane_sum(lanes: u64, entries_log: u32) -> u64 {
-    let mut x = lanes;
-    if entries_log == 2 {
-        x = (x & 0x00FF_00FF_00FF_00FF) + ((x >> 8) & 0x00FF_00FF_00FF_00FF);
+#[allow(clippy::arithmetic_side_effects, reason = "at most 24 lanes of at most 32 bits")]
+fn lane_sum(mut lanes: u64, bits: u32) -> u64 {
+    let mask = u64::MAX >> (u64::BITS - bits);
+    let mut sum = 0;
+    while lanes != 0 {
+        sum += lanes & mask;
+        lanes >>= bits;
     }
-    if entries_log >= 1 {
-        x = (x & 0x0000_FFFF_0000_FFFF) + ((x >> 16) & 0x0000_FFFF_0000_FFFF);
-    }
-    (x & 0xFFFF_FFFF) + (x >> 32)
+    sum
 }

@@ -44,8 +44,8 @@ pub enum Policy {
     /// `per_second(1_000)` (one slot): at 1 M keys a key is checked far less than 1,000
     /// times in any second, so it never refuses.
     PerSecond,
-    /// `per_minute(60_000)` (sixty 1-second slots of 16-bit counts, as any `max` from 255
-    /// to 65,534): 1,000 per second like [`Policy::PerSecond`], in sixty slots. Never
+    /// `per_minute(60_000)` (sixty 1-second slots of 16-bit counts, as any `max` from
+    /// 32,767 to 65,534): 1,000 per second like [`Policy::PerSecond`], in sixty slots. Never
     /// refuses at 1 M keys, even on a frozen clock (a key would need 60,000 checks).
     PerMinute,
     /// `per_minute(1)`: one admission, then refusals for the next minute.
