@@ -398,7 +398,8 @@ pub struct KeyModel {
     /// or a carry).
     earlier: Vec<Vec<(u64, u64)>>,
     held: Held,
-    /// When a carry last laid the key's state out anew (its `touched` from then on).
+    /// When a carry last laid the key's state out anew (its `touched` from then on), or the
+    /// last activity of an earlier life the limiter may still hold (`look_up`).
     laid_at: Option<u64>,
 }
 
@@ -538,7 +539,15 @@ impl Model {
         }
         match self.keys[key].held {
             Held::Yes => self.move_key(key, tier, self.carries[tier]),
-            Held::No | Held::Maybe => self.lay_fresh(key, None),
+            Held::No => self.lay_fresh(key, None),
+            Held::Maybe => {
+                // The limiter may still hold the old state (a sweep that could evict it did
+                // not have to), whose `touched` is that life's last activity: a sweep may
+                // take the key as idle only from then, not from before that life.
+                let last = self.idle(key).map(|idle| self.now - idle);
+                self.lay_fresh(key, None);
+                self.keys[key].laid_at = last;
+            }
         }
     }
 
