@@ -108,7 +108,9 @@ mod view;
 mod wait;
 
 use pair::{pack_pair, pair_admissible_at};
-use ring::{as_oldest, closed_count, held, read_entry, saturated, with_entry, Hist};
+use ring::{
+    as_oldest, closed_count, held, holds, read_entry, run_units, saturated, with_entry, Cursor, Hist,
+};
 use view::{flagged, Flag, View};
 
 /// A `sum` word's count once the units over a window no longer fit 32 bits (`pack`
@@ -368,26 +370,53 @@ impl Words<'_> {
 
     /// Units in the closed slots wholly inside `view`'s window (`slot − n + 1 .. slot`),
     /// from the ring, with the slot `view` closes (if any) read from `cur` instead; and
-    /// whether one of them is saturated.
+    /// whether one of them is saturated. A ring word at a time: one load and one check of
+    /// its tag for the entries it holds (a move whose leaving slots hold units, the usual
+    /// case for a key checked about once per slot, adds the whole window up).
     #[allow(
         clippy::arithmetic_side_effects,
-        reason = "a slot is at least ring > slots; at most MAX_SLOTS 32-bit counts are added (module docs)"
+        reason = "a slot is at least ring > slots; at most MAX_SLOTS 32-bit counts are added (module docs); n ≥ 1"
     )]
     fn closed_units(&self, rule: &Rule, view: &View) -> Result<(u64, bool), u64> {
-        let closing = view.closing(rule);
+        let first = view.slot + 1 - rule.slots;
         let (mut full, mut any_saturated) = (0u64, false);
-        for i in view.slot + 1 - rule.slots..view.slot {
-            let units = match closing {
-                Some((closed, units)) if i == closed => units,
-                Some((closed, _)) if i > closed => 0,
-                _ => match self.hist(rule, i) {
-                    Hist::Count(units) => units,
-                    // A jump past this slot is being written: adopt it.
-                    Hist::Newer(newer) => return Err(newer + 1),
-                },
-            };
-            full += units;
-            any_saturated |= saturated(rule, units);
+        // The slot `cur` closes counts as `cur` holds it, and the slots after it, never
+        // written, as empty; the ring holds the ones before.
+        let end = match view.closing(rule) {
+            Some((closed, units)) => {
+                if closed >= first {
+                    (full, any_saturated) = (units, saturated(rule, units));
+                }
+                closed.max(first)
+            }
+            None => view.slot,
+        };
+        let (mut i, mut cursor) = (first, Cursor::at(rule, rule.by_ring.rem(first)));
+        while i < end {
+            let n = cursor.run(rule, end - i);
+            // Relaxed: ordered by the Acquire load of `cur` in `view` (see there).
+            let word = self.word(cursor.at).load(Ordering::Relaxed);
+            if holds(rule, word, i, i + n - 1) {
+                let (units, saturated) = run_units(rule, word, cursor.within, n);
+                full += units;
+                any_saturated |= saturated;
+            } else {
+                // Some of the run's slots are older than the word (empty) or a lap behind
+                // it: slot by slot, as `hist` reads them.
+                for j in 0..n {
+                    let shift = (cursor.within + j as u32) * rule.entry_bits;
+                    match read_entry(rule, word, i + j, shift) {
+                        Hist::Count(units) => {
+                            full += units;
+                            any_saturated |= saturated(rule, units);
+                        }
+                        // A jump past this slot is being written: adopt it.
+                        Hist::Newer(newer) => return Err(newer + 1),
+                    }
+                }
+            }
+            i += n;
+            cursor.advance(rule, n);
         }
         Ok((full, any_saturated))
     }

@@ -148,3 +148,82 @@ impl Sliding {
         }
     }
 }
+
+/// A walk's place in the ring: a position, its word and its entry's index in that word.
+#[derive(Clone, Copy)]
+pub(super) struct Cursor {
+    pub(super) position: u64,
+    pub(super) at: usize,
+    pub(super) within: u32,
+}
+
+impl Cursor {
+    /// At ring position `position` (below `ring`).
+    #[inline(always)]
+    pub(super) fn at(rule: &Rule, position: u64) -> Cursor {
+        let (at, within) = rule.locate(position as usize);
+        Cursor { position, at, within }
+    }
+
+    /// Entries from here to the end of the word and of the ring, at most `most`.
+    #[inline(always)]
+    #[allow(clippy::arithmetic_side_effects, reason = "within < per_word, position < ring")]
+    pub(super) fn run(&self, rule: &Rule, most: u64) -> u64 {
+        u64::from(rule.per_word - self.within).min(rule.ring - self.position).min(most)
+    }
+
+    /// `n` positions on, `n` at most to the end of the word and of the ring.
+    #[inline(always)]
+    #[allow(clippy::arithmetic_side_effects, reason = "n entries within the word and the ring")]
+    pub(super) fn advance(&mut self, rule: &Rule, n: u64) {
+        self.position += n;
+        self.within += n as u32;
+        if self.position == rule.ring {
+            *self = Cursor { position: 0, at: rule.ring_at, within: 0 };
+        } else if self.within == rule.per_word {
+            (self.at, self.within) = (self.at + 1, 0);
+        }
+    }
+}
+
+/// Whether `word` holds each of the slots `first..=last` (`held`: its tag is that slot or
+/// up to `ring − 1` later): exactly when `first` is no more than `ring − 1` behind the tag
+/// and `last` not after it, since the distances fall by one from slot to slot.
+#[inline(always)]
+pub(super) fn holds(rule: &Rule, word: u64, first: u64, last: u64) -> bool {
+    rule.ring_distance(word, last) >= 0 && rule.ring_distance(word, first) < rule.ring as i64
+}
+
+/// The sum of the lanes of `lanes`, `bits` wide each (2 to 32), in its low 48 bits: at
+/// most 24 lanes, whose counts add up to less than 2³⁵.
+#[inline(always)]
+#[allow(clippy::arithmetic_side_effects, reason = "at most 24 lanes of at most 32 bits")]
+pub(super) fn lane_sum(mut lanes: u64, bits: u32) -> u64 {
+    let mask = u64::MAX >> (u64::BITS - bits);
+    let mut sum = 0;
+    while lanes != 0 {
+        sum += lanes & mask;
+        lanes >>= bits;
+    }
+    sum
+}
+
+/// The sum of the `n` entries of `word` from entry `within` on (at most to the word's end),
+/// and whether one of them is saturated (only possible when they add up to `entry_most`
+/// or more, so usually not looked for).
+#[inline(always)]
+#[allow(clippy::arithmetic_side_effects, reason = "within + n ≤ per_word: at most 48 bits")]
+pub(super) fn run_units(rule: &Rule, word: u64, within: u32, n: u64) -> (u64, bool) {
+    let bits = n as u32 * rule.entry_bits;
+    let lanes = (word >> (within * rule.entry_bits)) & (u64::MAX >> (u64::BITS - bits));
+    let units = lane_sum(lanes, rule.entry_bits);
+    let mut any_saturated = false;
+    if units >= rule.entry_most {
+        let mut rest = lanes;
+        while rest != 0 {
+            any_saturated |= saturated(rule, rest & rule.entry_most);
+            rest >>= rule.entry_bits;
+        }
+    }
+    (units, any_saturated)
+}

@@ -108,10 +108,19 @@ fn a_stale_closer_during_a_wait() {
 
 /// A policy of `limit` alone that keeps a ring even for one slot (not a pair word).
 fn ring_policy(limit: Limit) -> std::sync::Arc<Policy> {
+    ring_policy_of(limit, crate::layout::NARROWEST)
+}
+
+/// [`ring_policy`] with entries of at least `bits`.
+fn ring_policy_of(limit: Limit, bits: u32) -> std::sync::Arc<Policy> {
     crate::layout::NO_PAIRS.with(|set| set.set(true));
-    let policy = Policy::new(&[limit]);
+    let policy = Policy::with_entries(
+        &[limit],
+        crate::algorithm::Algorithm::SlidingWindow,
+        &[bits; crate::layout::MAX_LIMITS],
+    );
     crate::layout::NO_PAIRS.with(|set| set.set(false));
-    policy.unwrap_or_else(|e| panic!("{e}"))
+    std::sync::Arc::new(policy.unwrap_or_else(|e| panic!("{e}")))
 }
 
 /// Runs `body` on the words of a fresh key under a policy of `limit` alone (a ring, even
@@ -183,8 +192,8 @@ fn refusals(
 }
 
 /// The wait of a burst in one slot, worked out in closed form, against the walk over the
-/// window, on random histories: limits of one to sixty slots, interpolated and strict, 8-,
-/// 16- and 32-bit entries, saturated ones among them (`record`), refusals in the slot of the burst and slots after it (the move
+/// window, on random histories: limits of one to sixty slots, interpolated and strict,
+/// entries of 2 to 32 bits, saturated ones among them (`record`), refusals in the slot of the burst and slots after it (the move
 /// not yet made, so the burst is the slot `cur` would close), requests of up to `max` units,
 /// and checks that move the key on between a refusal's view and its wait.
 #[test]
@@ -192,7 +201,7 @@ fn the_wait_of_a_burst_is_the_walks() {
     let mut next = draws(0x9e37_79b9_7f4a_7c15);
     let mut compared = 0;
     for case in 0..5_000 {
-        let max = [1, 2, 5, 40, 300, 70_000].get(case % 6).copied().unwrap_or(1);
+        let max = [1, 2, 5, 40, 300, 70_000, 20_000_000].get(case % 7).copied().unwrap_or(1);
         let limit = match case % 4 {
             0 => Limit::per_second(max),
             1 => Limit::per_minute(max),
@@ -206,7 +215,7 @@ fn the_wait_of_a_burst_is_the_walks() {
             for _ in 0..1 + next(case as u64 % 3 * 3 + 1) {
                 burst(words, rule, now, 1 + next(max));
                 if next(6) == 0 {
-                    // Units admitted elsewhere (`record`): more than an 8-bit entry holds.
+                    // Units admitted elsewhere (`record`): more than entries of 8 bits or less hold.
                     while !words.commit(rule, &words.view(rule, now, false), 300) {}
                 }
                 now += next(2 * window / 3 + 1);
@@ -232,7 +241,7 @@ fn the_ring_counted_a_word_at_a_time() {
     let mut next = draws(0x2545_f491_4f6c_dd1d);
     let (mut compared, mut lost) = (0, 0);
     for case in 0..2_000 {
-        let max = [1, 3, 200, 300, 60_000, 70_000].get(case % 6).copied().unwrap_or(1);
+        let max = [1, 3, 40, 200, 1_000, 60_000, 70_000, 20_000_000].get(case % 8).copied().unwrap_or(1);
         let limit = match case % 3 {
             0 => Limit::per_minute(max),
             1 => Limit::per_minute(max).precision(Duration::from_secs(4)),
@@ -275,6 +284,79 @@ fn the_ring_counted_a_word_at_a_time() {
     );
 }
 
+/// A view's count of the closed slots in its window, a ring word at a time
+/// (`closed_units`), against reading each slot's entry on its own (`hist`), with the slot
+/// `cur` would close read from `cur` and the slots after it empty: on random histories of
+/// every width and packing, views one slot to two windows after `cur`'s slot, saturated
+/// entries (`record`) among them, and slots a later move has taken over (both adopt).
+#[test]
+fn the_closed_slots_counted_a_word_at_a_time() {
+    let mut next = draws(0x510e_527f_ade6_82d1);
+    let (mut compared, mut saturated_seen) = (0, 0);
+    for case in 0..2_000 {
+        let max = [1, 3, 40, 200, 1_000, 60_000, 70_000, 20_000_000].get(case % 8).copied().unwrap_or(1);
+        let limit = match case % 3 {
+            0 => Limit::per_minute(max),
+            1 => Limit::per_minute(max).precision(Duration::from_secs(4)),
+            _ => Limit::per_second(max).precision(Duration::from_millis(100)),
+        };
+        on_one_limit(limit, |words, rule| {
+            let window = rule.precision * rule.slots;
+            let mut now = 2 * window;
+            for _ in 0..next(200) {
+                now += next(rule.precision * 3);
+                match next(20) {
+                    // Units admitted elsewhere (`record`): an entry of 8 bits or less saturates.
+                    0 => while !words.commit(rule, &words.view(rule, now, false), 300) {},
+                    // A check of cost 0 moves `cur` on, closing the slot (however full).
+                    1..=6 => while !words.commit(rule, &words.view(rule, now, false), 0) {},
+                    _ => burst(words, rule, now, 1 + next(max)),
+                }
+            }
+            for _ in 0..4 {
+                // At `cur`'s slot (no slot closing: the count a saturated `sum` needs), or up
+                // to two windows after it.
+                let later = if next(4) == 0 { now } else { now + rule.precision + next(2 * window) };
+                let (slot, _) = rule.slot_of(later);
+                // Relaxed: one thread.
+                let seen = words.word(rule.at).load(Ordering::Relaxed);
+                let mut view = View { slot, seen, ..View::default() };
+                if tag_distance(tag_of(seen), slot as u32) > 0 {
+                    continue;
+                }
+                let closing = view.closing(rule);
+                let by_entry = (slot + 1 - rule.slots..slot).try_fold((0u64, false), |(full, any), i| {
+                    let units = match closing {
+                        Some((closed, units)) if i == closed => units,
+                        Some((closed, _)) if i > closed => 0,
+                        _ => match words.hist(rule, i) {
+                            Hist::Count(units) => units,
+                            Hist::Newer(newer) => return Err(newer + 1),
+                        },
+                    };
+                    Ok((full + units, any || saturated(rule, units)))
+                });
+                view.elapsed = 0;
+                assert_eq!(
+                    words.closed_units(rule, &view),
+                    by_entry,
+                    "case {case}: {limit:?} at slot {slot}"
+                );
+                compared += 1;
+                saturated_seen += u64::from(by_entry.is_ok_and(|(_, any)| any));
+            }
+            if next(3) == 0 {
+                // A later check moves the key on, and may reuse positions the next case reads.
+                while !words.commit(rule, &words.view(rule, now + next(2 * window), false), 0) {}
+            }
+        });
+    }
+    assert!(
+        compared > 5_000 && saturated_seen > 100,
+        "{compared} views compared, {saturated_seen} with a saturated slot"
+    );
+}
+
 /// The walk taking the ring's slots a word at a time while the window stays over the room
 /// (`slide`'s runs), against taking them one by one, on histories spread over the window:
 /// every width and packing, interpolated and strict, runs that wrap at the ring's end,
@@ -285,7 +367,7 @@ fn the_walk_by_runs_is_the_walk_by_slots() {
     let mut next = draws(0x6a09_e667_f3bc_c909);
     let mut compared = 0;
     for case in 0..3_000 {
-        let max = [2, 7, 200, 300, 60_000, 70_000].get(case % 6).copied().unwrap_or(1);
+        let max = [2, 7, 40, 200, 1_000, 60_000, 70_000, 20_000_000].get(case % 8).copied().unwrap_or(1);
         let limit = match case % 4 {
             0 => Limit::per_minute(max),
             1 => Limit::per_minute(max).precision(Duration::from_secs(4)),
@@ -324,7 +406,8 @@ fn the_walk_by_runs_is_the_walk_by_slots() {
 }
 
 /// A window of one slot held as a pair word (`pair.rs`) against the same window held as a
-/// ring, on random histories: 8-, 16-bit and wider-than-a-byte `max`, interpolated and
+/// ring (of 16-bit entries, as wide as the pair's fields), on random histories: `max` of 1
+/// to 65,534, interpolated and
 /// strict, slots of 1 s and 1 min, bursts, rollbacks and units recorded beyond `max`
 /// (below both layouts' saturation), time moving by up to two slots (and sometimes far)
 /// between checks, and delayed checks, timed before the latest commit (both adopt its
@@ -341,7 +424,8 @@ fn a_pair_is_a_ring_of_one_slot() {
             _ => Limit::per_minute(max).precision(Duration::from_secs(60)),
         };
         let limit = if case % 3 == 0 { limit.strict() } else { limit };
-        let (pair, ring) = (Policy::new(&[limit]).unwrap_or_else(|e| panic!("{e}")), ring_policy(limit));
+        let (pair, ring) =
+            (Policy::new(&[limit]).unwrap_or_else(|e| panic!("{e}")), ring_policy_of(limit, 16));
         let (pair_state, ring_state) = (OwnedState::new(&pair, 0), OwnedState::new(&ring, 0));
         let (p, r) = (pair_state.state(), ring_state.state());
         let (Some(pr), Some(rr)) = (pair.rules.first(), ring.rules.first()) else { panic!("one limit") };

@@ -4,7 +4,7 @@
 use crate::algorithm::counter::{Rule, Words};
 use crate::sync::Ordering;
 
-use super::ring::{as_oldest, held};
+use super::ring::{as_oldest, held, holds, lane_sum, Cursor};
 use super::View;
 
 #[cfg(test)]
@@ -143,8 +143,7 @@ impl Words<'_> {
     pub(super) fn older_units(&self, rule: &Rule, slots: std::ops::Range<u64>, position: u64) -> Option<u64> {
         // A word at a time: one load, one check of its tag, and its entries added up.
         let (mut i, mut units) = (slots.start, 0u64);
-        let (at, within) = rule.locate(position as usize);
-        let mut cursor = Cursor { position, at, within };
+        let mut cursor = Cursor::at(rule, position);
         let per_word = u64::from(rule.per_word);
         let entries = u64::MAX >> (u64::BITS - rule.per_word * rule.entry_bits);
         while i < slots.end {
@@ -178,8 +177,7 @@ impl Words<'_> {
         reason = "positions below ring; within < per_word, whose entries take at most 48 bits; n ≥ 1 entries"
     )]
     fn run(&self, rule: &Rule, i: u64, cursor: Cursor, end: u64) -> Option<(u64, u64)> {
-        let in_word = u64::from(rule.per_word - cursor.within);
-        let n = in_word.min(rule.ring - cursor.position).min(end - i);
+        let n = cursor.run(rule, end - i);
         let last = i + n - 1;
         // Relaxed: ordered by the Acquire load of `cur` in `view`.
         let word = self.word(cursor.at).load(Ordering::Relaxed);
@@ -258,8 +256,7 @@ impl Words<'_> {
             #[cfg(not(test))]
             let runs = true;
             if runs && i < ring_end && view.current <= room {
-                let (at, within) = rule.locate(position as usize);
-                if let Some((n, units)) = self.run(rule, i, Cursor { position, at, within }, ring_end) {
+                if let Some((n, units)) = self.run(rule, i, Cursor::at(rule, position), ring_end) {
                     if whole.saturating_sub(units) > room && (left == u64::MAX || units <= left) {
                         // `oldest` stays stale: with more than `room` left, the next step
                         // sets it (or a jump does) before anything reads it.
@@ -340,49 +337,4 @@ impl Words<'_> {
         let at = need.max(from);
         (at < rule.precision).then_some(at)
     }
-}
-
-/// A walk's place in the ring: a position, its word and its entry's index in that word.
-#[derive(Clone, Copy)]
-struct Cursor {
-    position: u64,
-    at: usize,
-    within: u32,
-}
-
-impl Cursor {
-    /// `n` positions on, `n` at most to the end of the word and of the ring.
-    #[inline(always)]
-    #[allow(clippy::arithmetic_side_effects, reason = "n entries within the word and the ring")]
-    fn advance(&mut self, rule: &Rule, n: u64) {
-        self.position += n;
-        self.within += n as u32;
-        if self.position == rule.ring {
-            *self = Cursor { position: 0, at: rule.ring_at, within: 0 };
-        } else if self.within == rule.per_word {
-            (self.at, self.within) = (self.at + 1, 0);
-        }
-    }
-}
-
-/// Whether `word` holds each of the slots `first..=last` (`held`: its tag is that slot or
-/// up to `ring − 1` later): exactly when `first` is no more than `ring − 1` behind the tag
-/// and `last` not after it, since the distances fall by one from slot to slot.
-#[inline(always)]
-fn holds(rule: &Rule, word: u64, first: u64, last: u64) -> bool {
-    rule.ring_distance(word, last) >= 0 && rule.ring_distance(word, first) < rule.ring as i64
-}
-
-/// The sum of the lanes of `lanes`, `bits` wide each (2 to 32), in its low 48 bits: at
-/// most 24 lanes, whose counts add up to less than 2³⁵.
-#[inline(always)]
-#[allow(clippy::arithmetic_side_effects, reason = "at most 24 lanes of at most 32 bits")]
-fn lane_sum(mut lanes: u64, bits: u32) -> u64 {
-    let mask = u64::MAX >> (u64::BITS - bits);
-    let mut sum = 0;
-    while lanes != 0 {
-        sum += lanes & mask;
-        lanes >>= bits;
-    }
-    sum
 }
