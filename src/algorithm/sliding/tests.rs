@@ -123,6 +123,18 @@ fn ring_policy_of(limit: Limit, bits: u32) -> std::sync::Arc<Policy> {
     std::sync::Arc::new(policy.unwrap_or_else(|e| panic!("{e}")))
 }
 
+/// Case `case`'s `max` and limit for the ring-reading tests: every entry width from 2 to 32
+/// bits (`max` 1 to 2·10⁷), in narrow words (slots of 1 s and 4 s) and wide ones (100 ms).
+fn ring_case(case: usize) -> (u64, Limit) {
+    let max = [1, 3, 40, 200, 1_000, 60_000, 70_000, 20_000_000].get(case % 8).copied().unwrap_or(1);
+    let limit = match case % 3 {
+        0 => Limit::per_minute(max),
+        1 => Limit::per_minute(max).precision(Duration::from_secs(4)),
+        _ => Limit::per_second(max).precision(Duration::from_millis(100)),
+    };
+    (max, limit)
+}
+
 /// Runs `body` on the words of a fresh key under a policy of `limit` alone (a ring, even
 /// of one slot), and its rule.
 fn on_one_limit<T>(limit: Limit, body: impl FnOnce(&Words, &Rule) -> T) -> T {
@@ -241,12 +253,7 @@ fn the_ring_counted_a_word_at_a_time() {
     let mut next = draws(0x2545_f491_4f6c_dd1d);
     let (mut compared, mut lost) = (0, 0);
     for case in 0..2_000 {
-        let max = [1, 3, 40, 200, 1_000, 60_000, 70_000, 20_000_000].get(case % 8).copied().unwrap_or(1);
-        let limit = match case % 3 {
-            0 => Limit::per_minute(max),
-            1 => Limit::per_minute(max).precision(Duration::from_secs(4)),
-            _ => Limit::per_second(max).precision(Duration::from_millis(100)),
-        };
+        let (max, limit) = ring_case(case);
         on_one_limit(limit, |words, rule| {
             let window = rule.precision * rule.slots;
             let mut now = 2 * window;
@@ -294,12 +301,7 @@ fn the_closed_slots_counted_a_word_at_a_time() {
     let mut next = draws(0x510e_527f_ade6_82d1);
     let (mut compared, mut saturated_seen) = (0, 0);
     for case in 0..2_000 {
-        let max = [1, 3, 40, 200, 1_000, 60_000, 70_000, 20_000_000].get(case % 8).copied().unwrap_or(1);
-        let limit = match case % 3 {
-            0 => Limit::per_minute(max),
-            1 => Limit::per_minute(max).precision(Duration::from_secs(4)),
-            _ => Limit::per_second(max).precision(Duration::from_millis(100)),
-        };
+        let (max, limit) = ring_case(case);
         on_one_limit(limit, |words, rule| {
             let window = rule.precision * rule.slots;
             let mut now = 2 * window;

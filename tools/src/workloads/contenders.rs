@@ -108,7 +108,13 @@ impl Slidegate {
 
     /// `limits` with `algorithm`, on a `ManualClock` that is never moved.
     pub fn frozen(limits: &[Limit], algorithm: Algorithm) -> Slidegate {
-        let mut builder = Limiter::<u64>::builder().algorithm(algorithm).clock(ManualClock::new());
+        Slidegate::manual(limits, algorithm, ManualClock::new())
+    }
+
+    /// `limits` with `algorithm`, on `clock`, which the caller moves (no sweeper runs on a
+    /// `ManualClock`).
+    pub fn manual(limits: &[Limit], algorithm: Algorithm, clock: ManualClock) -> Slidegate {
+        let mut builder = Limiter::<u64>::builder().algorithm(algorithm).clock(clock);
         for &limit in limits {
             builder = builder.limit(limit);
         }
@@ -161,7 +167,12 @@ impl Governor {
 impl Governor<FakeRelativeClock> {
     /// `policy` on a `FakeRelativeClock` that is never advanced.
     pub fn frozen(policy: Policy) -> Governor<FakeRelativeClock> {
-        Governor(keyed(policy.quota(), FakeRelativeClock::default()))
+        Governor::manual(policy, FakeRelativeClock::default())
+    }
+
+    /// `policy` on `clock`, which the caller advances.
+    pub fn manual(policy: Policy, clock: FakeRelativeClock) -> Governor<FakeRelativeClock> {
+        Governor(keyed(policy.quota(), clock))
     }
 }
 

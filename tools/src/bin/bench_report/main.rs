@@ -138,6 +138,18 @@ const ROWS: &[Row] = &[
         ours: ours::per_minute,
     },
     Row {
+        name: "1 M keys random, 60 slots, a minute of traffic in",
+        workload: "the `per_minute` row on clocks the benchmark moves (slidegate's `ManualClock`, \
+                   governor's `FakeRelativeClock`): 63 s of traffic first (every key checked every \
+                   3 s), then each pass 3 s after the last, so each check turns its key's slot and \
+                   units leave its window (the steady state of a key checked every few seconds)",
+        target: Target::None,
+        expect: Expect::Admitted,
+        phase: Phase::Long,
+        run: rows::steady,
+        ours: ours::per_minute,
+    },
+    Row {
         name: "GCRA, one hot key",
         workload: "slidegate with `Algorithm::Gcra` against governor (GCRA); key 7, every check; \
                    `per_minute(4_000_000_000)`; real clock",

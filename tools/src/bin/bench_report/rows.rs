@@ -142,6 +142,7 @@ pub struct Bench {
     per_second: Both<Slidegate, Governor>,
     per_minute: Both<Slidegate, Governor>,
     frozen: Both<Slidegate, Governor<FakeRelativeClock>>,
+    steady: Steady,
     gcra_hot: Both<Slidegate, Governor>,
     gcra_many: Both<Slidegate, Governor>,
     three: Both<Slidegate, GovernorThree>,
@@ -149,6 +150,53 @@ pub struct Bench {
     two_disjoint: Both<Arc<Slidegate>, Arc<Governor>>,
     /// The age of the refused-for admission at the start of each timed older-slot pass.
     pub ages: Vec<Duration>,
+}
+
+/// How far the steady row's clocks move before each pass: every key checked about every 3 s
+/// has units in a slot leaving its 60-slot window at each check.
+pub const STEADY_STEP: Duration = Duration::from_secs(3);
+/// Steps of [`STEADY_STEP`] with every key checked, before the steady row's first pass: 63 s,
+/// past the window.
+pub const STEADY_WARM_STEPS: u32 = 21;
+
+/// `per_minute(60_000)` on clocks the benchmark moves: slidegate's `ManualClock`, governor's
+/// `FakeRelativeClock`, each moved by [`STEADY_STEP`] before its side's pass.
+struct Steady {
+    both: Both<Slidegate, Governor<FakeRelativeClock>>,
+    clocks: (slidegate::ManualClock, FakeRelativeClock),
+}
+
+impl Steady {
+    /// The keys inserted, then a minute of traffic: [`STEADY_WARM_STEPS`] times, the clocks
+    /// moved on and every key checked once, in insertion order.
+    fn new() -> Result<Steady, String> {
+        let clocks = (slidegate::ManualClock::new(), FakeRelativeClock::default());
+        let limit = [Policy::PerMinute.limit()];
+        let both = Both::new(
+            Slidegate::manual(&limit, Algorithm::SlidingWindow, clocks.0.clone()),
+            Governor::manual(Policy::PerMinute, clocks.1.clone()),
+            MANY_KEYS,
+        )?;
+        let order = workloads::shuffled(0, MANY_KEYS);
+        for _ in 0..STEADY_WARM_STEPS {
+            clocks.0.advance(STEADY_STEP);
+            clocks.1.advance(STEADY_STEP);
+            if workloads::prefill(&both.ours, &order) + workloads::prefill(&both.theirs, &order)
+                != 2 * MANY_KEYS
+            {
+                return Err("a check in the steady row's minute of traffic was refused".into());
+            }
+        }
+        Ok(Steady { both, clocks })
+    }
+
+    fn random(&mut self, side: Side, iters: u64) -> Pass {
+        match side {
+            Side::Slidegate => self.clocks.0.advance(STEADY_STEP),
+            Side::Governor => self.clocks.1.advance(STEADY_STEP),
+        }
+        self.both.random(side, iters)
+    }
 }
 
 fn sliding(policy: Policy) -> Slidegate {
@@ -202,6 +250,7 @@ impl Bench {
                 Governor::frozen(Policy::PerMinute),
                 MANY_KEYS,
             )?,
+            steady: Steady::new()?,
             gcra_hot: Both::new(gcra(Policy::HotMinute), Governor::new(Policy::HotMinute), 0)?,
             gcra_many: Both::new(gcra(Policy::PerMinute), Governor::new(Policy::PerMinute), MANY_KEYS)?,
             three: Both::new(
@@ -298,6 +347,10 @@ pub fn per_minute(b: &mut Bench, side: Side, iters: u64) -> Pass {
 
 pub fn frozen(b: &mut Bench, side: Side, iters: u64) -> Pass {
     b.frozen.random(side, iters)
+}
+
+pub fn steady(b: &mut Bench, side: Side, iters: u64) -> Pass {
+    b.steady.random(side, iters)
 }
 
 pub fn gcra_hot(b: &mut Bench, side: Side, iters: u64) -> Pass {
