@@ -77,6 +77,7 @@ const HEADLINE_SPEED: &[&str] = &[
     "1 M keys random, one slot (per_second)",
     "1 M keys random, one slot, one check at a time",
     "1 M keys random, 60 slots (per_minute)",
+    "1 M keys random, 60 slots, a minute of traffic in",
     "GCRA, one hot key",
     "GCRA, 1 M keys random",
     "every check a new key",
