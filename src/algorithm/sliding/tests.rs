@@ -294,12 +294,13 @@ fn the_ring_counted_a_word_at_a_time() {
 /// A view's count of the closed slots in its window, a ring word at a time
 /// (`closed_units`), against reading each slot's entry on its own (`hist`), with the slot
 /// `cur` would close read from `cur` and the slots after it empty: on random histories of
-/// every width and packing, views one slot to two windows after `cur`'s slot, saturated
-/// entries (`record`) among them, and slots a later move has taken over (both adopt).
+/// every width and packing, views at `cur`'s slot or up to two windows after it, saturated
+/// entries (`record`) among them, and a later check moving the key on between a view's
+/// load of `cur` and its count (words no longer holding their runs: read slot by slot).
 #[test]
 fn the_closed_slots_counted_a_word_at_a_time() {
     let mut next = draws(0x510e_527f_ade6_82d1);
-    let (mut compared, mut saturated_seen) = (0, 0);
+    let (mut compared, mut saturated_seen, mut adopted) = (0, 0, 0);
     for case in 0..2_000 {
         let (max, limit) = ring_case(case);
         on_one_limit(limit, |words, rule| {
@@ -327,6 +328,13 @@ fn the_closed_slots_counted_a_word_at_a_time() {
                     continue;
                 }
                 let closing = view.closing(rule);
+                if next(3) == 0 {
+                    // A later check moves the key on between the view's load of `cur` and its
+                    // count, rewriting ring words the count reads: their runs are no longer
+                    // held, and are read slot by slot (a later lap: adopt it).
+                    let on = later + rule.precision + next(2 * window);
+                    while !words.commit(rule, &words.view(rule, on, false), 0) {}
+                }
                 let by_entry = (slot + 1 - rule.slots..slot).try_fold((0u64, false), |(full, any), i| {
                     let units = match closing {
                         Some((closed, units)) if i == closed => units,
@@ -346,16 +354,13 @@ fn the_closed_slots_counted_a_word_at_a_time() {
                 );
                 compared += 1;
                 saturated_seen += u64::from(by_entry.is_ok_and(|(_, any)| any));
-            }
-            if next(3) == 0 {
-                // A later check moves the key on, and may reuse positions the next case reads.
-                while !words.commit(rule, &words.view(rule, now + next(2 * window), false), 0) {}
+                adopted += u64::from(by_entry.is_err());
             }
         });
     }
     assert!(
-        compared > 5_000 && saturated_seen > 100,
-        "{compared} views compared, {saturated_seen} with a saturated slot"
+        compared > 5_000 && saturated_seen > 100 && adopted > 100,
+        "{compared} views compared, {saturated_seen} with a saturated slot, {adopted} adopting a later one"
     );
 }
 
