@@ -152,10 +152,11 @@ impl<'g, K> Node<'g, K> {
 /// it), so a slot keeps 3 bits of the key's hash in the low bits of the node's address: a
 /// probe passes over 7 of 8 other keys' nodes without reading them. The tag only filters a
 /// probe (keys are compared in full), so the alignment trades memory against probe misses.
-/// 16 bytes would keep a 4th bit but pad a 10/s node from 40 to 48 B and a 60/min one from
-/// 168 to 176 B, which glibc's malloc rounds to 64 and 192 B chunks (48 and 176 B here): 16 B
-/// more resident per key, to spare about 0.03 cache misses per check at 1 M keys, which
-/// throughput does not show (see the design guide).
+/// 16 bytes would keep a 4th bit but pad a node of three words (40 B: a `per_second` limit
+/// above 65,534, or two fixed windows) to 48 B and a 60/min one from 104 to 112 B, which
+/// glibc's malloc serves from 64 and 128 B chunks (48 and 112 B here): 16 B more resident
+/// per key, to spare about 0.03 cache misses per check at 1 M keys, which throughput does
+/// not show (see the design guide).
 const NODE_ALIGN: usize = 8;
 const TAG_MASK: usize = NODE_ALIGN - 1;
 
