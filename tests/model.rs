@@ -79,30 +79,25 @@ fn tier_op() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// Limits from their text, each made strict where picked so.
+fn parsed(picked: Vec<(&'static str, bool)>) -> Vec<Limit> {
+    picked
+        .into_iter()
+        .map(|(text, strict)| {
+            let text = if strict { format!("{text} strict") } else { text.to_owned() };
+            text.parse().unwrap()
+        })
+        .collect()
+}
+
 fn limits() -> impl Strategy<Value = Vec<Limit>> {
-    prop::collection::vec((prop::sample::select(LIMITS.to_vec()), any::<bool>()), 1..=3).prop_map(|picked| {
-        picked
-            .into_iter()
-            .map(|(text, strict)| {
-                let text = if strict { format!("{text} strict") } else { text.to_owned() };
-                text.parse().unwrap()
-            })
-            .collect()
-    })
+    prop::collection::vec((prop::sample::select(LIMITS.to_vec()), any::<bool>()), 1..=3).prop_map(parsed)
 }
 
 /// [`limits`], drawn from the fine-slotted limits too.
 fn uptime_limits() -> impl Strategy<Value = Vec<Limit>> {
     let table: Vec<&str> = LIMITS.iter().chain(&FINE_LIMITS).copied().collect();
-    prop::collection::vec((prop::sample::select(table), any::<bool>()), 1..=3).prop_map(|picked| {
-        picked
-            .into_iter()
-            .map(|(text, strict)| {
-                let text = if strict { format!("{text} strict") } else { text.to_owned() };
-                text.parse().unwrap()
-            })
-            .collect()
-    })
+    prop::collection::vec((prop::sample::select(table), any::<bool>()), 1..=3).prop_map(parsed)
 }
 
 /// Limits for the cases of records and policy changes: `max` on either side of the 8- and
@@ -146,15 +141,7 @@ const WIDTH_LIMITS: [&str; 12] = [
 
 /// One to two limits from `table`, each strict or not.
 fn picked_limits(table: &'static [&'static str]) -> impl Strategy<Value = Vec<Limit>> + Clone {
-    prop::collection::vec((prop::sample::select(table.to_vec()), any::<bool>()), 1..=2).prop_map(|picked| {
-        picked
-            .into_iter()
-            .map(|(text, strict)| {
-                let text = if strict { format!("{text} strict") } else { text.to_owned() };
-                text.parse().unwrap()
-            })
-            .collect()
-    })
+    prop::collection::vec((prop::sample::select(table.to_vec()), any::<bool>()), 1..=2).prop_map(parsed)
 }
 
 /// One to two limits from [`CHANGE_LIMITS`], each strict or not.
