@@ -177,6 +177,8 @@ impl Policy {
                 pair,
                 at,
                 ring_at,
+                // Set below, once the limits' words are laid out.
+                rolled_at: 0,
                 entry_bits,
                 entry_most: u64::from(u32::MAX >> (32 - entry_bits)),
                 // Wide until `narrow_rings` knows the policy's expiry.
@@ -205,11 +207,19 @@ impl Policy {
                 });
             }
         }
+        let mut words = at.saturating_sub(saved);
+        if rules.iter().any(|r| r.sum_word().is_some() && algorithm == Algorithm::SlidingWindow) {
+            // The rolled word, behind the limits' words (`Rule::rolled_at`).
+            for rule in &mut rules {
+                rule.rolled_at = words;
+            }
+            words = words.saturating_add(1);
+        }
         let smallest_max = rules.iter().map(|r| r.max).min().unwrap_or(0);
         Ok(Policy {
             algorithm,
             rules: rules.into_boxed_slice(),
-            words: at.saturating_sub(saved),
+            words,
             expiry,
             smallest_max,
             tier: 0,
@@ -483,9 +493,10 @@ mod tests {
             at = rule.ring_at + rule.ring_words();
         }
         // touched, then 2 + 11 (six 7-bit entries to a word), 2 + 16 (four 10-bit ones)
-        // and 2 + 2 words (eight 4-bit ones to a wide word).
-        assert_eq!(policy.words_per_key(), at);
+        // and 2 + 2 words (eight 4-bit ones to a wide word), then the rolled word.
+        assert_eq!(policy.words_per_key(), at + 1);
         assert_eq!(at, 1 + 13 + 18 + 4);
+        assert!(policy.rules.iter().all(|rule| rule.rolled_at == at));
     }
 
     #[test]

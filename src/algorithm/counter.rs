@@ -158,6 +158,11 @@ pub(crate) struct Rule {
     pub(crate) at: usize,
     /// Index of the first ring word.
     pub(crate) ring_at: usize,
+    /// Index of the key's *rolled* word, shared by its limits: 1 + the start (ns) of the
+    /// latest slot a rollback lowered a count in, 0 for none (`algorithm/sliding/`, "Moving
+    /// on"). Laid out only for a sliding window with a `sum` word; else 0 (`touched`'s
+    /// index, never this word).
+    pub(crate) rolled_at: usize,
     /// The width of a ring entry in bits, 2 to 32: the fewest that hold more than `max` (see
     /// [`ring_entry_bits`] and `algorithm/sliding/`), or wider where the limiter's other
     /// policies need it.

@@ -75,9 +75,10 @@ where
     /// let limiter = Limiter::<u64>::builder().limit(Limit::per_second(10)).build()?;
     /// // `touched`, and one word holding the current and the previous slot's counts.
     /// assert_eq!(limiter.state_bytes_per_key(), 8 * 2);
-    /// // `touched`, `cur`, `sum` and sixty-one 6-bit slot counts, eight to a word.
+    /// // `touched`, `cur`, `sum`, sixty-one 6-bit slot counts eight to a word, and the
+    /// // latest slot a rollback lowered.
     /// let minute = Limiter::<u64>::builder().limit(Limit::per_minute(60)).build()?;
-    /// assert_eq!(minute.state_bytes_per_key(), 8 * (3 + 8));
+    /// assert_eq!(minute.state_bytes_per_key(), 8 * (3 + 8 + 1));
     /// # Ok::<(), slidegate::ConfigError>(())
     /// ```
     pub fn state_bytes_per_key(&self) -> usize {

@@ -95,6 +95,28 @@ impl OwnedState {
         }
     }
 
+    /// Takes `cost` units back from each sliding window limit of `policy` in its slot at
+    /// `now`, as a check of several limits or keys does when a later commit fails
+    /// (`Counter::rollback`'s code, for a commit made at `now`).
+    #[cfg(slidegate_loom)]
+    pub fn rollback(&self, policy: &Policy, now: u64, cost: u64) {
+        let state = KeyState::from_parts(&self.words, policy);
+        for rule in policy.rules.iter() {
+            Sliding::rollback_in(&state, rule, rule.slot_of(now).0, cost);
+        }
+    }
+
+    /// A check preempted between its views and its commits: reads every limit's view at
+    /// `at`, runs `meanwhile`, then commits `cost` units from those views (`Counter::view`
+    /// and `Counter::commit`, the shipped code); `true` if every commit succeeded.
+    #[cfg(slidegate_loom)]
+    pub fn stale_commit(&self, policy: &Policy, at: u64, cost: u64, meanwhile: impl FnOnce()) -> bool {
+        let state = KeyState::from_parts(&self.words, policy);
+        let views: Vec<_> = policy.rules.iter().map(|rule| Sliding::view(&state, rule, at, false)).collect();
+        meanwhile();
+        policy.rules.iter().zip(&views).all(|(rule, view)| Sliding::commit(&state, rule, view, cost))
+    }
+
     /// [`KeyState::migrate_at`], timed at `now`.
     #[cfg(slidegate_loom)]
     pub fn migrate(&self, newer: &Arc<Policy>, now: u64, carry: Carry) -> OwnedState {

@@ -4,10 +4,11 @@
 //! A window of one slot whose counts fit 16 bits is one *pair* word instead, both slots'
 //! counts beside the tag, with no ring (`pair.rs`); everything below is about rings.
 //!
-//! A limit's words, behind the key's `touched` (`layout.rs`):
+//! A limit's words, behind the key's `touched` (`layout.rs`), and after every limit's words
+//! the key's `rolled` word when a limit has a `sum`:
 //!
 //! ```text
-//! [cur] [sum] [ring words × ⌈(n+1) / entries per word⌉]
+//! [touched] ([cur] [sum] [ring words × ⌈(n+1) / entries per word⌉])… [rolled]
 //! ```
 //!
 //! * `cur`: the limit's current slot as one word, `(slot tag: u32, count: u32)`. Every
@@ -28,6 +29,8 @@
 //!   (`RingWord`, `counter.rs`; `layout.rs` decides). So a 60/min limit at 1 s slots keeps
 //!   its 61 closed slots in 8 words of eight 6-bit counts, and a 1000/min one in 16 of
 //!   four 10-bit counts.
+//! * `rolled`: 1 + the start (ns) of the latest slot a rollback lowered a count in, in any
+//!   of the key's limits (0: none); see "Stale writers".
 //!
 //! # Moving on
 //! At a current slot `k` the window reads slots `k-n ..= k-1` from the ring, which leaves
@@ -37,6 +40,14 @@
 //! also writes the skipped slots as empty, one CAS per ring word. A reader that meets a
 //! word whose tag is a lap ahead of the slot it wants knows time has moved on and adopts
 //! the later slot, so no one waits for anyone.
+//!
+//! The new `sum` is carried from the old one (`carried_sum`): plus the closed slot, less
+//! the slots that leave the window with the move, read from the ring. So a move costs
+//! O(slots moved), not O(window), including the steady state of a key checked every few
+//! seconds on a per-minute limit, whose every check opens a slot while an older one with
+//! units leaves. It adds the ring up instead when the old `sum` is saturated or not the
+//! closed slot's (a racing move), or when a leaving entry may hold more than the `sum`
+//! counted for its slot (below).
 //!
 //! # Stale writers
 //! A thread may be delayed for any time between loading `cur` and writing the ring. Its
@@ -49,10 +60,15 @@
 //! or keys taking its units back) is the one thing that lowers an open slot's count: a
 //! closer that read the count before it writes more than the slot finally held, and the
 //! entry keeps those rolled-back units (conservative) while the `sum` the move carried
-//! does not. So a ring entry is never subtracted from a `sum`: a move whose leaving slots
-//! hold units adds the ring up instead (`carried_sum`), and a refusal's wait starts from
-//! the ring's own count (`wait.rs`); `tests.rs` steps through the interleaving, which
-//! over-admitted before.
+//! does not. Subtracting that entry from a `sum` would forget units still in the window,
+//! and over-admit (`tests.rs` steps through the interleaving). So a rollback first raises
+//! the key's `rolled` word to its slot, and publishes it with its CAS on `cur` (Release);
+//! every later change of `cur` is an RMW, which continues that CAS's release sequence, so a
+//! move whose Acquire load of `cur` reads a later slot sees the raise. A move subtracts its
+//! leaving entries only when `rolled` is older than the first of them (no rollback touched
+//! them), and otherwise adds the ring up. A refusal's wait starts from the ring's own count
+//! (`wait.rs`). The loom model `loom-tests/tests/rolled.rs` races a rollback against a
+//! stale closer and the moves after it.
 //!
 //! The argument rests on comparing a word's tag with a slot, which holds while the two are
 //! less than half the tag's range apart. The move of `cur` to slot `c` left every ring
@@ -175,10 +191,7 @@ impl Counter for Sliding {
         state.commit(rule, view, cost)
     }
     fn rollback(state: &Words, rule: &Rule, view: &View, cost: u64) {
-        if rule.pair {
-            return state.pair_rollback(rule, view.slot, cost);
-        }
-        state.rollback(rule, view.slot, cost);
+        Sliding::rollback_in(state, rule, view.slot, cost);
     }
     #[inline(always)]
     fn room(rule: &Rule, view: &View, cost: u64) -> u64 {
@@ -196,6 +209,17 @@ impl Counter for Sliding {
     #[inline(always)]
     fn at(_: &Rule, view: &View, _: u64) -> (u64, u64) {
         (view.slot, view.elapsed)
+    }
+}
+
+impl Sliding {
+    /// [`Counter::rollback`] of a commit made in `slot`.
+    #[inline]
+    pub(crate) fn rollback_in(state: &Words, rule: &Rule, slot: u64, cost: u64) {
+        if rule.pair {
+            return state.pair_rollback(rule, slot, cost);
+        }
+        state.rollback(rule, slot, cost);
     }
 }
 
@@ -321,12 +345,13 @@ impl Words<'_> {
     }
 
     /// `full` for the slot `view` moves to, carried over from the `sum` of the slot `cur`
-    /// closes (`closed`, holding `units`): plus the closed slot, when the slots that leave the
-    /// window with the move are empty. At most O(slots moved) rather than O(window), so a key
-    /// checked about once per slot does not walk its whole ring at every check, and nothing
-    /// when the sum holds no units (a key refused again and again after a burst reads no ring
-    /// word here, however old the burst). `None` when that `sum` is not the closed slot's (a
-    /// racing move) or a slot with units leaves: add the ring up instead.
+    /// closes (`closed`, holding `units`): plus the closed slot, less the slots that leave the
+    /// window with the move. O(slots moved) rather than O(window), so a key checked about
+    /// once per slot does not add its whole ring up at every check, and nothing when the
+    /// sum holds no units (a key refused again and again after a burst reads no ring word
+    /// here, however old the burst). `None` when that `sum` is not the closed slot's (a
+    /// racing move), is or would be saturated, or a slot that leaves may hold more than the
+    /// sum counted for it: add the ring up instead.
     #[allow(
         clippy::arithmetic_side_effects,
         reason = "closed < view.slot, both at least ring > slots (module docs); a sum and a count fit 33 bits"
@@ -346,26 +371,35 @@ impl Words<'_> {
         if tag_of(sum) != closed as u32 || count_of(sum) == SUM_SATURATED || saturated(rule, units) {
             return Ok(None);
         }
-        // Every slot that leaves is older than the closed one, so its units are among the
-        // sum's. The sum is carried over only while the slots that leave are empty: a ring
-        // entry is never subtracted from it. An entry can hold more than the sum counted for
-        // its slot: a check that read `cur` before a rollback (a check of several limits or
-        // keys taking its units back) and closes the slot late writes the count it read,
-        // and the larger count wins in the ring (`raise`), while the sum was carried with
-        // the count the move saw. Subtracting that entry would forget units still in the
-        // window (`tests::a_stale_closer_after_a_rollback`); the ring's walk instead counts
-        // the entry as it is, which is conservative. A sum of 0 says the leaving slots hold
-        // nothing, whatever the ring says, so they are not read at all.
         let before = count_of(sum);
-        if before > 0 {
-            for leaving in closed + 1 - rule.slots..=view.slot - rule.slots {
-                match self.hist(rule, leaving) {
-                    Hist::Count(0) => {}
-                    _ => return Ok(None),
-                }
+        if before == 0 {
+            // The slots that leave hold nothing, whatever the ring says: none is read.
+            return Ok(Some(units));
+        }
+        // Every slot that leaves is older than the closed one, so the sum counted it, with
+        // the count `cur` held when a move closed it; the ring's entry for it holds that
+        // count too, unless a rollback lowered the slot's count while another check that
+        // had read the higher one was still to write it (it writes what it read, and the
+        // larger count wins in the ring, `raise`): subtracting that entry would forget units
+        // still in the window (`tests::a_stale_closer_after_a_rollback`). A rollback raises
+        // the rolled word to its slot first and publishes it with its CAS on `cur`, which
+        // happened before `cur` left that slot, so it happens before the Acquire load of
+        // `cur` in `view` (the later changes of `cur` are RMWs, which continue the
+        // rollback's release sequence), and this Relaxed load sees it: no slot that leaves
+        // has had a rollback when the word is older than the first of them.
+        let first = closed + 1 - rule.slots;
+        let mut leaving = 0u64;
+        for slot in first..=view.slot - rule.slots {
+            match self.hist(rule, slot) {
+                Hist::Count(count) if !saturated(rule, count) => leaving += count,
+                // Saturated, or a racing move reused the position: add the ring up.
+                _ => return Ok(None),
             }
         }
-        Ok(Some(before + units))
+        if leaving > 0 && self.word(rule.rolled_at).load(Ordering::Relaxed) > rule.time_of(first, 0) {
+            return Ok(None);
+        }
+        Ok(before.checked_sub(leaving).map(|kept| kept + units))
     }
 
     /// Units in the closed slots wholly inside `view`'s window (`slot − n + 1 .. slot`),
@@ -527,17 +561,26 @@ impl Words<'_> {
     /// units stay (see the module docs). A count saturated at 2³²−1 (`record`) no longer
     /// says how many units it holds: it stays saturated (conservative).
     fn rollback(&self, rule: &Rule, slot: u64, cost: u64) {
+        if rule.rolled_at != 0 {
+            // Before the count is lowered: a late closer may then write the count it read
+            // before, more than the slot ends with, and `carried_sum` must not subtract
+            // that entry. Relaxed: published by the Release CAS below.
+            self.word(rule.rolled_at).fetch_max(rule.time_of(slot, 0).saturating_add(1), Ordering::Relaxed);
+        }
         let cell = self.word(rule.at);
         // Relaxed: what this reads is only compared, never used to read other words.
         let mut cur = cell.load(Ordering::Relaxed);
         while tag_of(cur) == slot as u32 && count_of(cur) < MAX_UNITS {
             let next = pack(slot, count_of(cur).saturating_sub(cost));
-            // Relaxed: this publishes nothing of its own. A reader's Acquire load of the
-            // value it writes still synchronizes with the commit that moved `cur` to this
-            // slot, and sees the history that commit wrote: an RMW of any ordering
-            // continues the release sequences before it (C++20's rule, which Rust's model
-            // is, on x86, ARM and every target; loom's RMWs carry them on too).
-            match cell.compare_exchange_weak(cur, next, Ordering::Relaxed, Ordering::Relaxed) {
+            // Release: publishes the rolled word's raise above. Every later change of
+            // `cur` is an RMW (a commit's CAS, another rollback), which continues this
+            // CAS's release sequence, so a view whose Acquire load of `cur` reads any value
+            // after this one (every value of a later slot) sees the raise (`carried_sum`).
+            // It also continues the release sequence of the commit that moved `cur` to this
+            // slot, so a reader of this value still sees the history that commit wrote
+            // (C++20's rule, which Rust's model is, on x86, ARM and every target; loom's
+            // RMWs carry them on too).
+            match cell.compare_exchange_weak(cur, next, Ordering::Release, Ordering::Relaxed) {
                 Ok(_) => return,
                 Err(seen) => cur = seen,
             }

@@ -101,6 +101,12 @@ impl Sliding {
     /// (`Policy::same_windows`).
     pub(crate) fn reencode(a: &Rule, b: &Rule, old: &[u64], new: &mut [u64], now: u64) {
         let word = |at: usize| old.get(at).copied().unwrap_or(0);
+        if a.rolled_at != 0 && b.rolled_at != 0 {
+            // Entries copied as they are may hold more than the `sum` counted (a late closer
+            // after a rollback): the rolled word goes with them.
+            let rolled = word(a.rolled_at).max(new.get(b.rolled_at).copied().unwrap_or(0));
+            set(new, b.rolled_at, rolled);
+        }
         let first = word(a.at);
         // The slot `a`'s first word (`cur`, or a pair) holds, as a full index (a tag is its
         // low 32 bits; module docs).
@@ -124,18 +130,30 @@ impl Sliding {
             return;
         }
         set(new, b.at, first);
-        if let (Some(from), Some(to)) = (a.sum_word(), b.sum_word()) {
-            set(new, to, word(from));
+        let sum = a.sum_word().map(&word);
+        if let (Some(sum), Some(to)) = (sum, b.sum_word()) {
+            set(new, to, sum);
         }
+        let later_lap = std::cell::Cell::new(false);
         Self::write_ring(b, new, held, |slot| {
             let (from, shift) = a.position(slot);
             match read_entry(a, word(from), slot, shift) {
                 // A saturated entry stays saturated at the new width (module docs).
                 Hist::Count(units) if saturated(a, units) => b.entry_most,
                 Hist::Count(units) => units,
-                Hist::Newer(_) => 0,
+                Hist::Newer(_) => {
+                    later_lap.set(true);
+                    0
+                }
             }
         });
+        if let (true, Some(sum), Some(to)) = (later_lap.get(), sum, b.sum_word()) {
+            // A racing move had begun to write a later lap (its `sum` may be copied above
+            // without it): the entries written as 0 may be units the copied `sum` counts,
+            // which a move that subtracts its leaving slots would then never take out. A
+            // saturated `sum` makes the next views and moves add the ring up instead.
+            set(new, to, pack(u64::from(tag_of(sum)), super::SUM_SATURATED));
+        }
     }
 
     /// Writes ring `b`'s entries for the `ring` slots before `held`, oldest first (so each

@@ -500,3 +500,85 @@ fn a_pair_rolls_back_across_a_turn() {
     let after = Sliding::view(&state, rule, 8_000 * MS, false);
     assert_eq!((after.seen, after.current), (before.seen, 1));
 }
+
+/// A change of `max` that widens the ring's entries re-encodes a key's ring from a copy of
+/// its words (`reencode`), read one word after another while a check may be moving the key
+/// on. Here the copy took `cur` and `sum` before a move that jumped three slots, and the
+/// ring after it: the ring entry of slot 0 (3 units, counted by the copied `sum`) then
+/// holds slot 61 and is re-encoded as 0. When slot 0 leaves the window, a move that took
+/// its entry out of the `sum` would keep its 3 units for good; the re-encoded `sum` is
+/// marked saturated instead, so the next move adds the ring up.
+#[test]
+fn a_ring_copied_mid_move_is_added_up_after_its_reencoding() {
+    let strict = |max| Limit::per_minute(max).precision(Duration::from_secs(1)).strict();
+    let new = |max| Policy::new(&[strict(max)]).unwrap_or_else(|e| panic!("{e}"));
+    let (a, b) = (new(60), new(100));
+    assert!(a.same_windows(&b) && !a.same_layout(&b), "6-bit entries, then 7-bit ones");
+    let (Some(ra), Some(rb)) = (a.rules.first(), b.rules.first()) else { panic!("one limit") };
+    let owned = OwnedState::new(&a, 0);
+    let state = owned.state();
+    let words: &Words = &state;
+    // Relaxed: one thread.
+    let copy = || words.all().iter().map(|w| w.load(Ordering::Relaxed)).collect::<Vec<u64>>();
+    for _ in 0..3 {
+        assert!(admit(words, ra, 500 * MS));
+    }
+    assert!(admit(words, ra, 59_500 * MS));
+    let before = copy();
+    // The racing check at 62.5 s closes slot 59 and writes slots 59 to 61 into the ring
+    // (61 entries: slot 61's is slot 0's).
+    assert!(admit(words, ra, 62_500 * MS));
+    let read: Vec<u64> = copy()
+        .into_iter()
+        .zip(before)
+        .enumerate()
+        .map(|(i, (now, then))| if i < ra.ring_at { then } else { now })
+        .collect();
+    let mut fresh = vec![0u64; b.words_per_key()];
+    Sliding::reencode(ra, rb, &read, &mut fresh, 62_500 * MS);
+    let moved = OwnedState::from_words(&b, &fresh);
+    let state = moved.state();
+    let words: &Words = &state;
+    // At 61.5 s the strict window holds slots 1 to 61: slot 59's unit alone.
+    let view = words.view(rb, 61_500 * MS, false);
+    assert_eq!(view.current + view.full + view.oldest, 1, "{view:?}");
+}
+
+/// A key checked once a second on a per-minute limit opens a slot at every check while a
+/// slot with units leaves the window. The move takes the leaving entry out of the carried
+/// `sum` (`carried_sum`), which must then be what the ring adds up to; only while a slot
+/// that leaves is no newer than the latest slot a rollback lowered does it add the ring up
+/// instead.
+#[test]
+fn a_move_subtracts_what_leaves_unless_a_rollback_lowered_it() {
+    let limit = Limit::per_minute(100).precision(Duration::from_secs(1));
+    on_one_limit(limit, |words, rule| {
+        let (mut subtracted, mut added_up) = (0, Vec::new());
+        for second in 0..130u64 {
+            let now = second * 1_000 * MS + 500 * MS;
+            let (slot, _) = rule.slot_of(now);
+            // Relaxed: one thread.
+            let seen = words.word(rule.at).load(Ordering::Relaxed);
+            let view = View { slot, seen, ..View::default() };
+            if let Some((closed, units)) = view.closing(rule) {
+                match words.carried_sum(rule, &view, closed, units) {
+                    Ok(Some(full)) => {
+                        assert_eq!(Ok((full, false)), words.closed_units(rule, &view), "at {second} s");
+                        subtracted += u64::from(second >= 60);
+                    }
+                    Ok(None) => added_up.push(second),
+                    Err(later) => panic!("at {second} s: a later slot {later}"),
+                }
+            }
+            assert!(admit(words, rule, now));
+            if second == 2 {
+                // A check of several limits takes a second unit back.
+                assert!(admit(words, rule, now));
+                words.rollback(rule, slot, 1);
+            }
+        }
+        // Slots 0, 1 and 2 leave the window at 60, 61 and 62 s.
+        assert_eq!(added_up, [60, 61, 62], "moves that added the ring up");
+        assert_eq!(subtracted, 130 - 63, "moves that subtracted their leaving slot");
+    });
+}

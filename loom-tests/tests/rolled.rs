@@ -1,0 +1,78 @@
+//! Loom model of the rolled word (`Rule::rolled_at`, `carried_sum` and `rollback` in
+//! `algorithm/sliding/mod.rs`): a move whose leaving slot holds units takes that slot's
+//! ring entry from the carried `sum`, unless a rollback lowered the slot's count, in which
+//! case a late closer may have written the higher count it read before, and the move adds
+//! the ring up instead. The rollback raises the rolled word before its CAS on `cur` and
+//! publishes it with that CAS (Release); a move reads it after its Acquire load of `cur`.
+//!
+//! Run (from the workspace root):
+//! `RUSTFLAGS="--cfg slidegate_loom --cfg crossbeam_loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom cargo test --release -p slidegate-loom-tests`
+#![cfg(slidegate_loom)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::Duration;
+
+use loom::sync::Arc;
+use loom::thread;
+use slidegate::model::OwnedState;
+use slidegate::Limit;
+use slidegate_loom_tests::{policy, take, Reached};
+
+const S: u64 = 1_000_000_000;
+
+/// A strict 11 per 4 s in 1 s slots (the strict window at slot k counts slots k − 4 to k),
+/// 7 units in slot 0 (at 0.5 s). R takes one of them back (a check of several limits whose
+/// later limit refused it), racing C. C reads its view at 1.5 s (slot 0, 7 units) and is
+/// preempted; meanwhile it checks 1 unit at 2.5 s, which closes slot 0 with 6 units if R
+/// came first (the sums carry 6), then the preempted check commits: it writes 7 as slot
+/// 0's entry (the larger count wins) and its CAS fails. C then checks 1 unit at 3.5 s and
+/// 4.5 s, and 9 at 5.5 s. The move to slot 4 takes slot 0 out of the `sum` (it becomes the
+/// oldest slot): subtracting its entry, 7, would leave the sum a unit short, which slot
+/// 0's 7 as the oldest hides at 4.5 s but nothing hides at 5.5 s, when the 9 would be
+/// admitted beside slots 2 to 4's 3 in a window of 11. So they are refused in every
+/// interleaving. The move reads the rolled word after its Acquire load of `cur`, which
+/// synchronizes with R's CAS when it reads R's count (or a later one). With the rolled
+/// word's test taken out of `carried_sum`, or R's CAS Relaxed, this model fails (both
+/// checked).
+#[test]
+fn a_late_closer_after_a_rollback_is_not_subtracted() {
+    static REACHED: Reached<bool> = Reached::new();
+    loom::model(|| {
+        let limits = [Limit::new(11, Duration::from_secs(4)).precision(Duration::from_secs(1)).strict()];
+        let policy = policy(&limits);
+        let state = Arc::new(OwnedState::new(&policy, 0));
+        assert!(take(&state, &policy, S / 2, 7).is_allowed());
+        let mut r = None;
+        let mut second = None;
+        let late = state.stale_commit(&policy, 3 * S / 2, 1, || {
+            r = Some({
+                let (state, policy) = (Arc::clone(&state), policy.clone());
+                thread::spawn(move || state.rollback(&policy, S / 2, 1))
+            });
+            // Lets R run first (loom's bounded search does not reorder R's CAS before this
+            // thread's load of `cur` on its own).
+            thread::yield_now();
+            second = Some(take(&state, &policy, 5 * S / 2, 1));
+        });
+        assert!(!late, "the preempted check's CAS fails: `cur` moved on");
+        let second = second.unwrap();
+        // The later checks in a thread of their own, which has not yielded: loom explores
+        // every store of the rolled word it may read (after a yield it would not explore
+        // one the thread had seen before it). Spawning carries this thread's knowledge,
+        // and so R's rollback only if this thread's Acquire load of `cur` synchronized
+        // with R's CAS.
+        let t = {
+            let (state, policy) = (Arc::clone(&state), policy.clone());
+            thread::spawn(move || {
+                [(7, 1), (9, 1), (11, 9)].map(|(halves, cost)| take(&state, &policy, halves * S / 2, cost))
+            })
+        };
+        let rest = t.join().unwrap();
+        r.unwrap().join().unwrap();
+        assert!(second.is_allowed() && rest[..2].iter().all(|d| d.is_allowed()), "{second:?} {rest:?}");
+        assert!(!rest[2].is_allowed(), "9 admitted beside 3 units in a window of 11: {rest:?}");
+        // At 2.5 s: slot 0 as 6 units if R's rollback came before C closed it, 7 if after.
+        REACHED.record(second.remaining() == 3, &[true, false]);
+    });
+    REACHED.assert_all(&[true, false]);
+}
