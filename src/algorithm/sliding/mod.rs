@@ -329,15 +329,22 @@ impl Words<'_> {
         // `cur` holds an older slot: this check would close it. Read the window from the
         // ring with that slot's count in place of what the ring has for it (once per slot).
         let (closed, units) = (slot - behind as u64, closed_count(rule, seen));
+        // Relaxed: ordered by the Acquire load of `cur` in `view` (written before the CAS
+        // that moved `cur` to `closed`).
+        let sum = rule.sum_word().map(|at| self.word(at).load(Ordering::Relaxed));
         view.oldest = match oldest {
             i if i == closed => as_oldest(rule, units),
             i if i > closed => 0,
+            // One of the slots the closed slot's `sum` counts (`closed − n + 1 ..= closed −
+            // 1`: it is `slot − n`, and `closed < slot`). A sum of 0 says it holds nothing,
+            // whatever its entry says (`carried_sum`), so the ring is not read.
+            _ if sum == Some(pack(closed, 0)) => 0,
             i => match self.hist(rule, i) {
                 Hist::Count(units) => as_oldest(rule, units),
                 Hist::Newer(newer) => return Err(newer + 1),
             },
         };
-        (view.full, view.saturated) = flagged(match self.carried_sum(rule, view, closed, units)? {
+        (view.full, view.saturated) = flagged(match self.carried_sum(rule, view, closed, units, sum)? {
             Some(full) => (full, false),
             None => self.closed_units(rule, view)?,
         });
@@ -345,7 +352,7 @@ impl Words<'_> {
     }
 
     /// `full` for the slot `view` moves to, carried over from the `sum` of the slot `cur`
-    /// closes (`closed`, holding `units`): plus the closed slot, less the slots that leave the
+    /// closes (`closed`, holding `units`; `sum` as loaded after `cur`): plus the closed slot, less the slots that leave the
     /// window with the move. O(slots moved) rather than O(window), so a key checked about
     /// once per slot does not add its whole ring up at every check, and nothing when the
     /// sum holds no units (a key refused again and again after a burst reads no ring word
@@ -356,15 +363,19 @@ impl Words<'_> {
         clippy::arithmetic_side_effects,
         reason = "closed < view.slot, both at least ring > slots (module docs); a sum and a count fit 33 bits"
     )]
-    fn carried_sum(&self, rule: &Rule, view: &View, closed: u64, units: u64) -> Result<Option<u64>, u64> {
-        let Some(at) = rule.sum_word() else { return Ok(Some(0)) };
+    fn carried_sum(
+        &self,
+        rule: &Rule,
+        view: &View,
+        closed: u64,
+        units: u64,
+        sum: Option<u64>,
+    ) -> Result<Option<u64>, u64> {
+        let Some(sum) = sum else { return Ok(Some(0)) };
         if view.slot - closed >= rule.slots {
             // The closed slot and everything before it are out of the window.
             return Ok(Some(0));
         }
-        // Relaxed: ordered by the Acquire load of `cur` in `view` (written before the CAS
-        // that moved `cur` to `closed`).
-        let sum = self.word(at).load(Ordering::Relaxed);
         // A saturated sum no longer says how many units it held: subtracting the slots that
         // leave would forget units still in the window. A sum that would add a saturated
         // slot in is saturated too (the module docs): the ring's walk says so.

@@ -561,7 +561,8 @@ fn a_move_subtracts_what_leaves_unless_a_rollback_lowered_it() {
             let seen = words.word(rule.at).load(Ordering::Relaxed);
             let view = View { slot, seen, ..View::default() };
             if let Some((closed, units)) = view.closing(rule) {
-                match words.carried_sum(rule, &view, closed, units) {
+                let sum = rule.sum_word().map(|at| words.word(at).load(Ordering::Relaxed));
+                match words.carried_sum(rule, &view, closed, units, sum) {
                     Ok(Some(full)) => {
                         assert_eq!(Ok((full, false)), words.closed_units(rule, &view), "at {second} s");
                         subtracted += u64::from(second >= 60);
