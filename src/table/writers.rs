@@ -13,6 +13,8 @@ use crate::layout::{fill_initial, initial_words, Policy};
 use crate::protocol::OwnedState;
 use crate::sync::{AtomicPtr, AtomicUsize, Ordering};
 
+#[cfg(not(slidegate_loom))]
+use super::memory::prefetch_node;
 use super::memory::{free_node, new_node, SendPtr};
 use super::{tag, tagged, tombstone, untagged, Counts, Header, Node, Refused, Shard, Table, SMALLEST};
 
@@ -277,7 +279,14 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
             return 0;
         };
         let mut dead = Vec::new();
-        for slot in slots.slots.iter() {
+        for (at, slot) in slots.slots.iter().enumerate() {
+            #[cfg(not(slidegate_loom))]
+            if let Some(ahead) = slots.slots.get(at.wrapping_add(SWEEP_AHEAD)) {
+                // Relaxed: a hint's address; the node is read below only through its own load.
+                prefetch_node(untagged(ahead.load(Ordering::Relaxed)).0);
+            }
+            #[cfg(slidegate_loom)]
+            let _ = at;
             let found = slot.load(Ordering::Relaxed);
             let Some(ptr) = NonNull::new(untagged(found).0).filter(|_| found != tombstone()) else {
                 continue;
@@ -308,6 +317,12 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
         removed
     }
 }
+
+/// How many slots ahead of the one it offers a sweep asks for a node's lines
+/// ([`prefetch_node`]): enough misses in flight to cover a memory access's latency with the
+/// few ns each node takes once its lines are in.
+#[cfg(not(slidegate_loom))]
+const SWEEP_AHEAD: usize = 32;
 
 /// What [`Table::update`] or [`Table::sweep_shard`] does to a node.
 pub(crate) enum Change {
