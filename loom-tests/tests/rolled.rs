@@ -76,3 +76,37 @@ fn a_late_closer_after_a_rollback_is_not_subtracted() {
     });
     REACHED.assert_all(&[true, false]);
 }
+
+/// A strict 2 per 4 s in 1 s slots, 1 unit in slot 0 (at 0.5 s). A, a check at 2.5 s, reads
+/// `cur` (slot 0, 1 unit) and is preempted. Meanwhile a rollback takes that unit back, and
+/// W, a check at 2.5 s, closes slot 0 with 0 units (its `sum` for slot 2 counts none) and
+/// counts 1 in slot 2; then T, a check at 5.5 s, starts on a thread of its own. A resumes:
+/// it writes the 1 it read as slot 0's ring entry and raises slot 2's `sum` to 1 (the
+/// larger wins in both), and its CAS on `cur` fails. T's move to slot 5 takes slot 0 out
+/// of the sum: if it read A's sum and W's ring entry (0), it would keep A's unit in its sum
+/// for as long as the key keeps moving, and refuse T's unit here (2 counted in a window
+/// holding 1). A raises the sum with Release and a move loads it with Acquire, so a move
+/// that reads A's sum reads A's entry too, sees a leaving unit, and (the rolled word newer
+/// than slot 0) adds the ring up. With the `sum`'s raise or its load in `view_at` Relaxed,
+/// this model fails (checked).
+#[test]
+fn a_late_closers_sum_comes_with_its_ring_entry() {
+    loom::model(|| {
+        let limits = [Limit::new(2, Duration::from_secs(4)).precision(Duration::from_secs(1)).strict()];
+        let policy = policy(&limits);
+        let state = Arc::new(OwnedState::new(&policy, 0));
+        assert!(take(&state, &policy, S / 2, 1).is_allowed());
+        let mut t = None;
+        let late = state.stale_commit(&policy, 5 * S / 2, 1, || {
+            state.rollback(&policy, S / 2, 1);
+            assert!(take(&state, &policy, 5 * S / 2, 1).is_allowed(), "W");
+            t = Some({
+                let (state, policy) = (Arc::clone(&state), policy.clone());
+                thread::spawn(move || take(&state, &policy, 11 * S / 2, 1))
+            });
+        });
+        assert!(!late, "A's CAS fails: `cur` moved on");
+        let t = t.unwrap().join().unwrap();
+        assert!(t.is_allowed(), "1 unit in the window of 2 at 5.5 s, and T's refused: {t:?}");
+    });
+}

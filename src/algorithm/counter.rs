@@ -159,9 +159,12 @@ pub(crate) struct Rule {
     /// Index of the first ring word.
     pub(crate) ring_at: usize,
     /// Index of the key's *rolled* word, shared by its limits: 1 + the start (ns) of the
-    /// latest slot a rollback lowered a count in, 0 for none (`algorithm/sliding/`, "Moving
-    /// on"). Laid out only for a sliding window with a `sum` word; else 0 (`touched`'s
-    /// index, never this word).
+    /// latest slot a rollback lowered a count in (`algorithm/sliding/`, "Stale writers").
+    /// Laid out, after every limit's words, when one of a sliding-window policy's limits has
+    /// a `sum` word, and then the same for every limit; else 0 (`touched`'s index: never
+    /// read or written as this word). A test's prefix policy (the first limits of a longer
+    /// one, read through its words) points it at the next limit's `cur`: never commit or
+    /// roll back through one.
     pub(crate) rolled_at: usize,
     /// The width of a ring entry in bits, 2 to 32: the fewest that hold more than `max` (see
     /// [`ring_entry_bits`] and `algorithm/sliding/`), or wider where the limiter's other

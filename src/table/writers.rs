@@ -283,7 +283,11 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
             #[cfg(not(slidegate_loom))]
             if let Some(ahead) = slots.slots.get(at.wrapping_add(SWEEP_AHEAD)) {
                 // Relaxed: a hint's address; the node is read below only through its own load.
-                prefetch_node(untagged(ahead.load(Ordering::Relaxed)).0);
+                let (node, _) = untagged(ahead.load(Ordering::Relaxed));
+                // Empty or a tombstone (which untags to null): nothing to ask for.
+                if !node.is_null() {
+                    prefetch_node(node);
+                }
             }
             #[cfg(slidegate_loom)]
             let _ = at;

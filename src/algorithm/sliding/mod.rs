@@ -29,8 +29,9 @@
 //!   (`RingWord`, `counter.rs`; `layout.rs` decides). So a 60/min limit at 1 s slots keeps
 //!   its 61 closed slots in 8 words of eight 6-bit counts, and a 1000/min one in 16 of
 //!   four 10-bit counts.
-//! * `rolled`: 1 + the start (ns) of the latest slot a rollback lowered a count in, in any
-//!   of the key's limits (0: none); see "Stale writers".
+//! * `rolled`: 1 + the start (ns) of the latest slot a rollback lowered (or was about to
+//!   lower) a count in, in any of the key's limits that has a `sum` (0: none); see "Stale
+//!   writers".
 //!
 //! # Moving on
 //! At a current slot `k` the window reads slots `k-n ..= k-1` from the ring, which leaves
@@ -64,11 +65,15 @@
 //! and over-admit (`tests.rs` steps through the interleaving). So a rollback first raises
 //! the key's `rolled` word to its slot, and publishes it with its CAS on `cur` (Release);
 //! every later change of `cur` is an RMW, which continues that CAS's release sequence, so a
-//! move whose Acquire load of `cur` reads a later slot sees the raise. A move subtracts its
-//! leaving entries only when `rolled` is older than the first of them (no rollback touched
-//! them), and otherwise adds the ring up. A refusal's wait starts from the ring's own count
-//! (`wait.rs`). The loom model `loom-tests/tests/rolled.rs` races a rollback against a
-//! stale closer and the moves after it.
+//! move whose Acquire load of `cur` reads a later slot sees the raise. A move whose leaving
+//! entries hold units subtracts them only when `rolled` is older than the first of them (no
+//! rollback touched them), and otherwise adds the ring up. A late closer may also raise the
+//! `sum` its move would have written, counting the rolled-back unit; it writes the ring
+//! entry first and raises the sum with Release, and a move loads the sum it carries with
+//! Acquire, so a move that reads that sum reads the entry too and sees the unit leave (else
+//! the sum would keep it). A refusal's wait starts from the ring's own count (`wait.rs`).
+//! The loom models in `loom-tests/tests/rolled.rs` race a rollback and a late closer
+//! against the moves after them.
 //!
 //! The argument rests on comparing a word's tag with a slot, which holds while the two are
 //! less than half the tag's range apart. The move of `cur` to slot `c` left every ring
@@ -329,9 +334,16 @@ impl Words<'_> {
         // `cur` holds an older slot: this check would close it. Read the window from the
         // ring with that slot's count in place of what the ring has for it (once per slot).
         let (closed, units) = (slot - behind as u64, closed_count(rule, seen));
-        // Relaxed: ordered by the Acquire load of `cur` in `view` (written before the CAS
-        // that moved `cur` to `closed`).
-        let sum = rule.sum_word().map(|at| self.word(at).load(Ordering::Relaxed));
+        // Acquire: pairs with the Release of the `raise_sum` that wrote what this reads. The
+        // move that closed `closed` wrote the sum before its CAS on `cur`, which the Acquire
+        // load of `cur` in `view` follows; but a late closer of that slot may raise the sum
+        // after that CAS, counting a unit a rollback took back, and also writes the unit
+        // into the slot's ring entry, first. A move that reads such a sum must read that
+        // entry too (or a later value of its word), so that `carried_sum` sees the unit
+        // leave and adds the ring up rather than keeping it in the sum for good
+        // (`loom-tests/tests/rolled.rs`). Every sum carried from this one is written with
+        // Release after this load, so the chain reaches every later move.
+        let sum = rule.sum_word().map(|at| self.word(at).load(Ordering::Acquire));
         view.oldest = match oldest {
             i if i == closed => as_oldest(rule, units),
             i if i > closed => 0,
@@ -352,13 +364,13 @@ impl Words<'_> {
     }
 
     /// `full` for the slot `view` moves to, carried over from the `sum` of the slot `cur`
-    /// closes (`closed`, holding `units`; `sum` as loaded after `cur`): plus the closed slot, less the slots that leave the
-    /// window with the move. O(slots moved) rather than O(window), so a key checked about
-    /// once per slot does not add its whole ring up at every check, and nothing when the
-    /// sum holds no units (a key refused again and again after a burst reads no ring word
-    /// here, however old the burst). `None` when that `sum` is not the closed slot's (a
-    /// racing move), is or would be saturated, or a slot that leaves may hold more than the
-    /// sum counted for it: add the ring up instead.
+    /// closes (`closed`, holding `units`; `sum` as `view_at` loaded it): plus the closed
+    /// slot, less the slots that leave the window with the move. O(slots moved) rather than
+    /// O(window), so a key checked about once per slot does not add its whole ring up at
+    /// every check, and nothing when the sum holds no units (a key refused again and again
+    /// after a burst reads no ring word here, however old the burst). `None` when that
+    /// `sum` is not the closed slot's (a racing move), is or would be saturated, or a slot
+    /// that leaves may hold more than the sum counted for it: add the ring up instead.
     #[allow(
         clippy::arithmetic_side_effects,
         reason = "closed < view.slot, both at least ring > slots (module docs); a sum and a count fit 33 bits"
@@ -407,6 +419,7 @@ impl Words<'_> {
                 _ => return Ok(None),
             }
         }
+        debug_assert!(rule.rolled_at != 0, "a sliding limit with a sum has a rolled word");
         if leaving > 0 && self.word(rule.rolled_at).load(Ordering::Relaxed) > rule.time_of(first, 0) {
             return Ok(None);
         }
@@ -416,8 +429,8 @@ impl Words<'_> {
     /// Units in the closed slots wholly inside `view`'s window (`slot − n + 1 .. slot`),
     /// from the ring, with the slot `view` closes (if any) read from `cur` instead; and
     /// whether one of them is saturated. A ring word at a time: one load and one check of
-    /// its tag for the entries it holds (a move whose leaving slots hold units, the usual
-    /// case for a key checked about once per slot, adds the whole window up).
+    /// its tag for the entries it holds (a move adds the whole window up when it cannot
+    /// carry its `sum` over: `carried_sum`).
     #[allow(
         clippy::arithmetic_side_effects,
         reason = "a slot is at least ring > slots; at most MAX_SLOTS 32-bit counts are added (module docs); n ≥ 1"
@@ -552,14 +565,17 @@ impl Words<'_> {
     /// slot with at least as many units (as [`raise`](Self::raise) does for ring entries).
     fn raise_sum(&self, at: usize, word: u64) {
         let cell = self.word(at);
-        // Relaxed: published by the Release CAS on `cur` that follows in `commit`.
+        // Relaxed: only compared.
         let mut old = cell.load(Ordering::Relaxed);
         loop {
             let ahead = tag_distance(tag_of(word), tag_of(old));
             if ahead < 0 || (ahead == 0 && count_of(word) <= count_of(old)) {
                 return;
             }
-            match cell.compare_exchange_weak(old, word, Ordering::Relaxed, Ordering::Relaxed) {
+            // Release: publishes this commit's ring writes, made before, to a move that
+            // reads this sum (its Acquire load in `view_at`) without having followed this
+            // commit's CAS on `cur`, which fails when this commit is a late closer.
+            match cell.compare_exchange_weak(old, word, Ordering::Release, Ordering::Relaxed) {
                 Ok(_) => return,
                 Err(seen) => old = seen,
             }
@@ -572,16 +588,20 @@ impl Words<'_> {
     /// units stay (see the module docs). A count saturated at 2³²−1 (`record`) no longer
     /// says how many units it holds: it stays saturated (conservative).
     fn rollback(&self, rule: &Rule, slot: u64, cost: u64) {
-        if rule.rolled_at != 0 {
-            // Before the count is lowered: a late closer may then write the count it read
-            // before, more than the slot ends with, and `carried_sum` must not subtract
-            // that entry. Relaxed: published by the Release CAS below.
-            self.word(rule.rolled_at).fetch_max(rule.time_of(slot, 0).saturating_add(1), Ordering::Relaxed);
-        }
         let cell = self.word(rule.at);
         // Relaxed: what this reads is only compared, never used to read other words.
         let mut cur = cell.load(Ordering::Relaxed);
+        // Only a limit with a `sum` subtracts ring entries from it (`carried_sum`).
+        let mut raise = rule.sum_word().is_some();
         while tag_of(cur) == slot as u32 && count_of(cur) < MAX_UNITS {
+            if raise {
+                // Before the count is lowered: a late closer may then write the count it
+                // read before, more than the slot ends with, and `carried_sum` must not
+                // subtract that entry. Relaxed: published by the Release CAS below.
+                self.word(rule.rolled_at)
+                    .fetch_max(rule.time_of(slot, 0).saturating_add(1), Ordering::Relaxed);
+                raise = false;
+            }
             let next = pack(slot, count_of(cur).saturating_sub(cost));
             // Release: publishes the rolled word's raise above. Every later change of
             // `cur` is an RMW (a commit's CAS, another rollback), which continues this

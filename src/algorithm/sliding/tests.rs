@@ -583,3 +583,28 @@ fn a_move_subtracts_what_leaves_unless_a_rollback_lowered_it() {
         assert_eq!(subtracted, 130 - 63, "moves that subtracted their leaving slot");
     });
 }
+
+/// A move whose closed slot's `sum` is 0 takes the oldest slot as empty without reading the
+/// ring (`view_at`). Here the oldest slot's entry holds a unit a rollback took back, which a
+/// late closer wrote: the window holds one unit, and one more fits.
+#[test]
+fn a_move_from_an_empty_sum_counts_no_rolled_back_unit() {
+    let limit = Limit::new(2, Duration::from_secs(3)).precision(Duration::from_secs(1)).strict();
+    let policy = Policy::new(&[limit]).unwrap_or_else(|e| panic!("{e}"));
+    let owned = OwnedState::new(&policy, 0);
+    let state = owned.state();
+    let words: &Words = &state;
+    let Some(rule) = policy.rules.first() else { panic!("one limit") };
+    assert!(admit(words, rule, 5_500 * MS));
+    // A reads `cur` (slot 5, 1 unit) at 6.5 s; the unit is taken back; W closes slot 5 with
+    // none (`sum` for slot 7: 0) and counts one in slot 7; A writes its 1 into slot 5's
+    // entry (its `sum` for slot 6 is older than slot 7's, and stays unwritten).
+    let stale = words.view(rule, 6_500 * MS, false);
+    words.rollback(rule, rule.slot_of(5_500 * MS).0, 1);
+    assert!(admit(words, rule, 7_300 * MS));
+    assert!(!words.commit(rule, &stale, 1));
+    assert!(matches!(words.hist(rule, rule.slot_of(5_500 * MS).0), Hist::Count(1)), "A's late write");
+    // At 8.1 s the strict window holds slots 5 to 8: slot 7's unit alone.
+    assert!(admit(words, rule, 8_100 * MS), "one unit in a window of 2");
+    assert!(!admit(words, rule, 8_200 * MS), "two units in a window of 2");
+}
