@@ -341,8 +341,10 @@ impl Words<'_> {
         // into the slot's ring entry, first. A move that reads such a sum must read that
         // entry too (or a later value of its word), so that `carried_sum` sees the unit
         // leave and adds the ring up rather than keeping it in the sum for good
-        // (`loom-tests/tests/rolled.rs`). Every sum carried from this one is written with
-        // Release after this load, so the chain reaches every later move.
+        // (`loom-tests/tests/rolled.rs`). Every later value of the sum is a `raise_sum`
+        // CAS, which continues the late closer's release sequence; and a move that wrote
+        // one read the entry (or a later value) before its Release: so an Acquire load of
+        // any later sum sees the entry too (release sequences and read-read coherence).
         let sum = rule.sum_word().map(|at| self.word(at).load(Ordering::Acquire));
         view.oldest = match oldest {
             i if i == closed => as_oldest(rule, units),
