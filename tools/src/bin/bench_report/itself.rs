@@ -14,30 +14,53 @@ use slidegate_tools::workloads::{self, Policy, Slidegate, Visits, FEW_KEYS, MANY
 use crate::rows::{disjoint_set, disjoint_visits};
 use crate::{iterations, median, Tally};
 
+/// How the two sets' nodes are laid out in the heap for [`scaling`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// The sets inserted one after the other, each in a random order, into a fresh
+    /// limiter. The shards' arrays grow meanwhile, and the memory of the arrays they
+    /// replace goes to the nodes allocated after, so the second set's nodes fill gaps
+    /// between the first set's: some lines hold nodes of both.
+    Runs,
+    /// The sets' keys inserted alternately: neighbouring nodes, which share cache lines (a
+    /// node here is 48 bytes), may belong to different threads and contend (false sharing;
+    /// a heap fragmented by earlier work places nodes much like this).
+    Alternate,
+    /// As `Runs`, after 8,000 other keys (never checked again) have grown the shards'
+    /// arrays to hold all the keys: no array is replaced while the sets go in, so each
+    /// set's nodes lie together.
+    Grown,
+}
+
+/// Keys inserted before the sets in [`Layout::Grown`]: the arrays then hold the sets too.
+const GROWN_FIRST: u64 = 8_000;
+
 /// Two threads on disjoint 1,000-key sets against one thread on one set
 /// (`per_second(1_000_000_000)`, random visit order), in alternating order, medians of
-/// the rounds. Measured first, on a fresh heap, where each set's nodes lie together (the
-/// sets inserted one after the other, each in a random order). With `alternate` (measured
-/// next, on the heap the first run freed), the two sets' keys are inserted alternately, so
-/// that neighbouring nodes, which share cache lines (a node here is 48 bytes), may belong
-/// to different threads and contend (false sharing; a heap fragmented by earlier work places
-/// nodes much like this). That row has no target.
+/// the rounds, with the sets' nodes laid out as `layout` says. Only the `Runs` row has a
+/// target.
 ///
 /// A refusal (the policy never refuses) is pushed onto `failures`.
 pub fn scaling(
     rounds: usize,
     budget: Duration,
     tally: &mut Tally,
-    alternate: bool,
+    layout: Layout,
     failures: &mut Vec<String>,
 ) -> String {
     let limiter = Arc::new(Slidegate::sliding(Policy::HotSecond));
     let [zero, one] = [0, 1].map(|t| workloads::shuffled(disjoint_set(t), FEW_KEYS));
-    let order: Vec<u64> = if alternate {
+    let order: Vec<u64> = if layout == Layout::Alternate {
         zero.iter().zip(&one).flat_map(|(&a, &b)| [a, b]).collect()
     } else {
         zero.iter().chain(&one).copied().collect()
     };
+    if layout == Layout::Grown {
+        let first = workloads::shuffled(disjoint_set(2), GROWN_FIRST);
+        if workloads::prefill(&*limiter, &first) != GROWN_FIRST {
+            failures.push(String::from("scaling: a key inserted to grow the table was refused"));
+        }
+    }
     let inserted = workloads::prefill(&*limiter, &order);
     let mut visits = Visits::new(VISIT_SEED, disjoint_set(0), FEW_KEYS);
     let iters = iterations(workloads::random(&*limiter, &mut visits, 10_000).ns_per_check(), budget);
@@ -61,16 +84,19 @@ pub fn scaling(
         gains.push(2.0 * a / b);
     }
     let (a, b, gain) = (median(&mut single), median(&mut double), median(&mut gains));
-    let (name, target) = if alternate {
-        (
-            "the same, keys of the two sets inserted alternately (neighbouring nodes may belong to different threads)",
-            String::from("—"),
-        )
-    } else {
-        (
+    let (name, target) = match layout {
+        Layout::Runs => (
             "2 threads on disjoint 1,000-key sets, aggregate throughput vs one thread on 1,000 keys",
             format!("≥ 1.5×: {}", tally.verdict(gain >= 1.5)),
-        )
+        ),
+        Layout::Alternate => (
+            "the same, keys of the two sets inserted alternately (neighbouring nodes may belong to different threads)",
+            String::from("—"),
+        ),
+        Layout::Grown => (
+            "the same, sets inserted one after the other into a table already grown to hold them (each set's nodes together)",
+            String::from("—"),
+        ),
     };
     if !admitted {
         failures.push(format!("{name}: slidegate refused a check (expected all admitted)"));

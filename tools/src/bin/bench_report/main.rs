@@ -359,8 +359,8 @@ fn main() -> ExitCode {
          {rounds} interleaved rounds, medians; ns per check, per thread when threaded.\n"
     );
     // First, on a fresh heap (see `itself::scaling`); printed after the table.
-    let scaling =
-        [false, true].map(|alternate| itself::scaling(rounds, short, &mut tally, alternate, &mut failures));
+    let scaling = [itself::Layout::Runs, itself::Layout::Alternate, itself::Layout::Grown]
+        .map(|layout| itself::scaling(rounds, short, &mut tally, layout, &mut failures));
     let mut bench = match Bench::new() {
         Ok(bench) => bench,
         Err(e) => {
