@@ -208,7 +208,7 @@ impl Policy {
             }
         }
         let mut words = at.saturating_sub(saved);
-        if rules.iter().any(|r| r.sum_word().is_some() && algorithm == Algorithm::SlidingWindow) {
+        if algorithm == Algorithm::SlidingWindow && rules.iter().any(|r| r.sum_word().is_some()) {
             // The rolled word, behind the limits' words (`Rule::rolled_at`).
             for rule in &mut rules {
                 rule.rolled_at = words;

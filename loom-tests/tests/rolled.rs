@@ -10,15 +10,24 @@
 #![cfg(slidegate_loom)]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use std::sync::Arc as StdArc;
 use std::time::Duration;
 
 use loom::sync::Arc;
 use loom::thread;
-use slidegate::model::OwnedState;
+use slidegate::model::{OwnedState, Policy};
 use slidegate::Limit;
-use slidegate_loom_tests::{policy, take, Reached};
+use slidegate_loom_tests::{policy, spawn_take, take, Reached};
 
 const S: u64 = 1_000_000_000;
+
+/// A fresh state (at 0) under a strict `max` per 4 s in 1 s slots, and its policy.
+fn strict_per_4_s(max: u64) -> (StdArc<Policy>, Arc<OwnedState>) {
+    let limits = [Limit::new(max, Duration::from_secs(4)).precision(Duration::from_secs(1)).strict()];
+    let policy = policy(&limits);
+    let state = Arc::new(OwnedState::new(&policy, 0));
+    (policy, state)
+}
 
 /// A strict 11 per 4 s in 1 s slots (the strict window at slot k counts slots k − 4 to k),
 /// 7 units in slot 0 (at 0.5 s). R takes one of them back (a check of several limits whose
@@ -38,9 +47,7 @@ const S: u64 = 1_000_000_000;
 fn a_late_closer_after_a_rollback_is_not_subtracted() {
     static REACHED: Reached<bool> = Reached::new();
     loom::model(|| {
-        let limits = [Limit::new(11, Duration::from_secs(4)).precision(Duration::from_secs(1)).strict()];
-        let policy = policy(&limits);
-        let state = Arc::new(OwnedState::new(&policy, 0));
+        let (policy, state) = strict_per_4_s(11);
         assert!(take(&state, &policy, S / 2, 7).is_allowed());
         let mut r = None;
         let mut second = None;
@@ -92,18 +99,13 @@ fn a_late_closer_after_a_rollback_is_not_subtracted() {
 #[test]
 fn a_late_closers_sum_comes_with_its_ring_entry() {
     loom::model(|| {
-        let limits = [Limit::new(2, Duration::from_secs(4)).precision(Duration::from_secs(1)).strict()];
-        let policy = policy(&limits);
-        let state = Arc::new(OwnedState::new(&policy, 0));
+        let (policy, state) = strict_per_4_s(2);
         assert!(take(&state, &policy, S / 2, 1).is_allowed());
         let mut t = None;
         let late = state.stale_commit(&policy, 5 * S / 2, 1, || {
             state.rollback(&policy, S / 2, 1);
             assert!(take(&state, &policy, 5 * S / 2, 1).is_allowed(), "W");
-            t = Some({
-                let (state, policy) = (Arc::clone(&state), policy.clone());
-                thread::spawn(move || take(&state, &policy, 11 * S / 2, 1))
-            });
+            t = Some(spawn_take(&state, &policy, 11 * S / 2));
         });
         assert!(!late, "A's CAS fails: `cur` moved on");
         let t = t.unwrap().join().unwrap();
