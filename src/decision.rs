@@ -92,6 +92,7 @@ impl Decision {
 
     /// Refused by limit `limit`, admissible again after `retry_after` ns (saturating just
     /// below the "none" marker).
+    #[inline]
     pub(crate) fn limited(limit: usize, remaining: u64, retry_after: u64) -> Decision {
         Decision::new(LIMIT, limit, remaining, retry_after.min(NO_RETRY - 1))
     }

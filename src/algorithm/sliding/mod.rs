@@ -205,6 +205,7 @@ impl Counter for Sliding {
     fn used(rule: &Rule, view: &View) -> u64 {
         view.used(rule)
     }
+    #[inline(always)]
     fn admissible_at(state: &Words, rule: &Rule, view: &View, cost: u64) -> Result<u64, u64> {
         if rule.pair {
             return Ok(pair_admissible_at(rule, view, cost));
@@ -269,8 +270,41 @@ impl Words<'_> {
                     expired: Flag::of(expired),
                 };
             }
+        } else if let Some(view) = self.burst_view(rule, slot, elapsed, seen) {
+            return view;
         }
         self.view_slow(rule, slot, elapsed, seen)
+    }
+
+    /// The view when `cur` holds an older slot that is still in the window and the `sum`
+    /// carried into that slot is 0: every unit in the window is in that slot (the slots
+    /// after it were never written). It is what [`view_at`](Self::view_at) works out
+    /// (`carried_sum` with a sum of 0, the oldest slot taken as empty when it is older than
+    /// the one `cur` holds), from the two words alone: the view of a key refused again and
+    /// again after a burst, until a check moves its `cur` on. `None` in any other case.
+    #[inline(always)]
+    #[allow(clippy::arithmetic_side_effects, reason = "0 < behind < slots ≤ slot (module docs)")]
+    fn burst_view(&self, rule: &Rule, slot: u64, elapsed: u64, seen: u64) -> Option<View> {
+        let at = rule.sum_word()?;
+        let behind = tag_distance(slot as u32, tag_of(seen));
+        let units = closed_count(rule, seen);
+        if behind <= 0 || behind as u64 > rule.slots || saturated(rule, units) {
+            return None;
+        }
+        let closed = slot - behind as u64;
+        // Relaxed: the move to `closed` wrote its sum before its CAS on `cur`, which the
+        // Acquire load of `cur` in `view` follows, so this reads that sum or a later one. A
+        // later one of the same slot is a late closer's raise, never lower (`raise_sum`),
+        // and that move's sum was exact or above (a rollback lowers only an open slot): so
+        // 0 is exact. Only 0 is used, which needs no ring entry (unlike `view_at`'s
+        // Acquire load, whose sum may be subtracted from).
+        if self.word(at).load(Ordering::Relaxed) != pack(closed, 0) {
+            return None;
+        }
+        // `closed` wholly inside the window, or the oldest, partly covered slot.
+        let (full, oldest) =
+            if closed + rule.slots > slot { (units, 0) } else { (0, as_oldest(rule, units)) };
+        Some(View { slot, elapsed, seen, current: 0, full, oldest, saturated: Flag(0), expired: Flag(0) })
     }
 
     /// The view when `cur` holds another slot than `now`'s, or when time has moved past

@@ -135,6 +135,19 @@ fn ring_case(case: usize) -> (u64, Limit) {
     (max, limit)
 }
 
+/// Case `case`'s `max` and limit for the burst tests: one to sixty slots, entries of 2 to
+/// 32 bits.
+fn burst_case(case: usize) -> (u64, Limit) {
+    let max = [1, 2, 5, 40, 300, 70_000, 20_000_000].get(case % 7).copied().unwrap_or(1);
+    let limit = match case % 4 {
+        0 => Limit::per_second(max),
+        1 => Limit::per_minute(max),
+        2 => Limit::per_minute(max).precision(Duration::from_secs(20)),
+        _ => Limit::per_second(max).precision(Duration::from_millis(250)),
+    };
+    (max, limit)
+}
+
 /// Runs `body` on the words of a fresh key under a policy of `limit` alone (a ring, even
 /// of one slot), and its rule.
 fn on_one_limit<T>(limit: Limit, body: impl FnOnce(&Words, &Rule) -> T) -> T {
@@ -213,13 +226,7 @@ fn the_wait_of_a_burst_is_the_walks() {
     let mut next = draws(0x9e37_79b9_7f4a_7c15);
     let mut compared = 0;
     for case in 0..5_000 {
-        let max = [1, 2, 5, 40, 300, 70_000, 20_000_000].get(case % 7).copied().unwrap_or(1);
-        let limit = match case % 4 {
-            0 => Limit::per_second(max),
-            1 => Limit::per_minute(max),
-            2 => Limit::per_minute(max).precision(Duration::from_secs(20)),
-            _ => Limit::per_second(max).precision(Duration::from_millis(250)),
-        };
+        let (max, limit) = burst_case(case);
         let limit = if case % 3 == 0 { limit.strict() } else { limit };
         on_one_limit(limit, |words, rule| {
             let window = rule.precision * rule.slots;
@@ -242,6 +249,45 @@ fn the_wait_of_a_burst_is_the_walks() {
         compared > 3_000 && short > 1_000,
         "{compared} refusals compared, {short} of a burst in one slot"
     );
+}
+
+/// The view of a burst from two words (`burst_view`) against the ring's (`view_slow`, as
+/// `view_at` works it out), on random histories: bursts in one slot or several, some
+/// with units taken back (`rollback`) or recorded past what narrow entries hold, read at
+/// times from within the burst's slot to past the window, limits of one to sixty slots.
+#[test]
+fn a_bursts_view_is_the_rings() {
+    let mut next = draws(0x51_7cc1_b727_220a);
+    let (mut compared, mut taken) = (0, 0);
+    for case in 0..3_000 {
+        let (max, limit) = burst_case(case);
+        on_one_limit(limit, |words, rule| {
+            let window = rule.precision * rule.slots;
+            let mut now = 3 * window + next(window);
+            for _ in 0..1 + next(3) {
+                burst(words, rule, now, 1 + next(max));
+                match next(8) {
+                    0 => while !words.commit(rule, &words.view(rule, now, false), 300) {},
+                    1 => words.rollback(rule, rule.slot_of(now).0, 1),
+                    _ => {}
+                }
+                let gap = if next(2) == 0 { rule.precision } else { 2 * window };
+                now += next(gap);
+            }
+            for _ in 0..4 {
+                let at = now + next(window + 2 * rule.precision);
+                let (slot, elapsed) = rule.slot_of(at);
+                let seen = words.word(rule.at).load(Ordering::Relaxed);
+                compared += 1;
+                if let Some(fast) = words.burst_view(rule, slot, elapsed, seen) {
+                    let slow = words.view_slow(rule, slot, elapsed, seen);
+                    assert_eq!(format!("{fast:?}"), format!("{slow:?}"), "{rule:?} at {at} ns");
+                    taken += 1;
+                }
+            }
+        });
+    }
+    assert!(compared == 12_000 && taken > 2_000, "{taken} burst views of {compared}");
 }
 
 /// The ring's count of a run of slots, a word at a time (`older_units`), against reading

@@ -28,6 +28,65 @@ thread_local! {
     pub(super) static RUNS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
+/// What a refusal's wait knows from the view alone, before any ring word: the newest slot
+/// with units (`slot`: the current one, or the one a move would close, after which nothing
+/// is counted yet) and its units, and `left`, what the ring's slots before it, wholly
+/// inside the window, hold and have not yet left (`u64::MAX` with a saturated slot in the
+/// window: no count).
+#[derive(Clone, Copy)]
+pub(super) struct Tail {
+    closing: Option<(u64, u64)>,
+    slot: u64,
+    units: u64,
+    left: u64,
+}
+
+impl Tail {
+    #[inline(always)]
+    #[allow(clippy::arithmetic_side_effects, reason = "slots below 2⁴⁵ (module docs)")]
+    fn of(rule: &Rule, view: &View) -> Tail {
+        let closing = view.closing(rule);
+        let (slot, units) = match closing {
+            Some((closed, units)) if closed + rule.slots > view.slot => (closed, units),
+            _ => (view.slot, view.current),
+        };
+        let left = match (view.saturated.get(), slot == view.slot) {
+            (true, _) => u64::MAX,
+            (false, true) => view.full,
+            (false, false) => view.full.checked_sub(units).unwrap_or(u64::MAX),
+        };
+        Tail { closing, slot, units, left }
+    }
+
+    /// The wait when the slots before the tail that are wholly inside the window are empty
+    /// and the tail alone leaves no room for `cost` (a burst refused again and again, the
+    /// usual case under attack): nothing fits until the tail is the oldest slot (the oldest
+    /// slot now, whatever it holds, is gone long before), where its weight falls until
+    /// `cost` fits. The walk comes to the same answer, by the same two jumps (`tests.rs`
+    /// holds the two together); this reads no ring word, however long the ring and however
+    /// old the burst. `None` otherwise.
+    #[inline(always)]
+    #[allow(clippy::arithmetic_side_effects, reason = "slots below 2⁴⁵ (module docs)")]
+    fn burst_wait(&self, rule: &Rule, cost: u64) -> Option<u64> {
+        #[cfg(test)]
+        if WALK_ONLY.with(std::cell::Cell::get) {
+            return None;
+        }
+        let room = rule.max.saturating_sub(cost);
+        if self.left != 0 || self.units <= room {
+            return None;
+        }
+        #[cfg(test)]
+        SHORTCUTS.with(|taken| taken.set(taken.get() + 1));
+        let oldest = self.slot + rule.slots;
+        let p = u128::from(rule.precision);
+        Some(match Words::fits_in(rule, p, room, 0, as_oldest(rule, self.units.min(rule.entry_most)), 0) {
+            Some(at) => rule.time_of(oldest, at),
+            None => rule.time_of(oldest + 1, 0),
+        })
+    }
+}
+
 impl Words<'_> {
     /// The earliest time (ns) at which `cost` more units fit this limit if nothing else is
     /// admitted: the window slides forward slot by slot; within a slot the interpolated
@@ -39,9 +98,22 @@ impl Words<'_> {
     /// never too short), so the answer is an `Err` and the check starts over from fresh
     /// views. It is not retried for ever: the racing check may be preempted in the middle of
     /// its move (ring written, `cur` not yet), and a check must not wait for another.
+    #[inline(always)]
     pub(super) fn admissible_at(&self, rule: &Rule, view: &View, cost: u64) -> Result<u64, u64> {
+        let tail = Tail::of(rule, view);
+        if let Some(at) = tail.burst_wait(rule, cost) {
+            return Ok(at);
+        }
+        self.admissible_slow(rule, view, cost, tail)
+    }
+
+    /// [`admissible_at`](Self::admissible_at) past the burst shortcut: the walk. Out of
+    /// line, so that a refusal for a burst (the path of a key under attack) carries none
+    /// of its setup.
+    #[inline(never)]
+    fn admissible_slow(&self, rule: &Rule, view: &View, cost: u64, tail: Tail) -> Result<u64, u64> {
         let mut lost = false;
-        let at = self.admissible_walk(rule, view, cost, &mut lost);
+        let at = self.admissible_walk(rule, view, cost, tail, &mut lost);
         if lost {
             Err(at)
         } else {
@@ -55,47 +127,10 @@ impl Words<'_> {
         clippy::arithmetic_side_effects,
         reason = "slots and counts below 2⁴⁵, slots at least ring (module docs); u64 × u64 fits u128"
     )]
-    fn admissible_walk(&self, rule: &Rule, view: &View, cost: u64, lost: &mut bool) -> u64 {
+    fn admissible_walk(&self, rule: &Rule, view: &View, cost: u64, tail: Tail, lost: &mut bool) -> u64 {
         let room = rule.max.saturating_sub(cost);
         let last = view.slot + rule.slots + 1;
-        let closing = view.closing(rule);
-        // The newest slot with units (`tail`: the current one, or the one a move would close,
-        // after which nothing is counted yet) is known without the ring. `left` is what the
-        // ring's slots before it, wholly inside the window, hold and have not yet left. Once
-        // that is 0 and too many units remain, nothing changes until the tail becomes the
-        // oldest slot, and the walk jumps there: a refusal for a burst (its units in one
-        // slot, the usual case under attack) reads a few words, however long the ring and
-        // however old the burst. A saturated slot in the window makes `full` no count: no jump.
-        let (tail, tail_units) = match closing {
-            Some((closed, units)) if closed + rule.slots > view.slot => (closed, units),
-            _ => (view.slot, view.current),
-        };
-        let left = match (view.saturated.get(), tail == view.slot) {
-            (true, _) => u64::MAX,
-            (false, true) => view.full,
-            (false, false) => view.full.checked_sub(tail_units).unwrap_or(u64::MAX),
-        };
-        #[cfg(test)]
-        let shortcut = !WALK_ONLY.with(std::cell::Cell::get);
-        #[cfg(not(test))]
-        let shortcut = true;
-        if shortcut && left == 0 && tail_units > room {
-            // The slots before the tail that are wholly inside the window are empty, and the
-            // tail alone leaves no room (a burst refused again and again): nothing fits until
-            // the tail is the oldest slot (the oldest slot now, whatever it holds, is gone
-            // long before), where its weight falls until `cost` fits. The walk below comes to
-            // the same answer, by the same two jumps (`tests.rs` holds the two together);
-            // this reads no ring word.
-            #[cfg(test)]
-            SHORTCUTS.with(|taken| taken.set(taken.get() + 1));
-            let oldest = tail + rule.slots;
-            let p = u128::from(rule.precision);
-            return match Self::fits_in(rule, p, room, 0, as_oldest(rule, tail_units.min(rule.entry_most)), 0)
-            {
-                Some(at) => rule.time_of(oldest, at),
-                None => rule.time_of(oldest + 1, 0),
-            };
-        }
+        let Tail { closing, slot: tail, units: tail_units, left } = tail;
         let position = rule.by_ring.rem(view.slot + 1 - rule.slots);
         // The walk takes each slot that leaves from the ring, and a ring entry can hold more
         // than the sum counted for its slot (a rolled-back unit, see `carried_sum`): taken
