@@ -281,8 +281,10 @@ impl Words<'_> {
     /// after it were never written). It is what [`view_at`](Self::view_at) works out
     /// (`carried_sum` with a sum of 0, the oldest slot taken as empty when it is older than
     /// the one `cur` holds), from the two words alone: the view of a key refused again and
-    /// again after a burst, until a check moves its `cur` on. `None` in any other case.
-    #[inline(always)]
+    /// again after a burst, until a check moves its `cur` on. `None` in any other case. Not
+    /// inlined: an admission in an open slot, which never calls it, stays as short as
+    /// without it.
+    #[inline(never)]
     #[allow(clippy::arithmetic_side_effects, reason = "0 < behind < slots ≤ slot (module docs)")]
     fn burst_view(&self, rule: &Rule, slot: u64, elapsed: u64, seen: u64) -> Option<View> {
         let at = rule.sum_word()?;
