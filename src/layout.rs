@@ -41,7 +41,7 @@ pub(crate) const TOUCHED: usize = 0;
 #[cfg(test)]
 thread_local! {
     /// Set: a sliding window of one slot keeps a ring, not a pair word, so that the ring's
-    /// tests (`algorithm/sliding/tests.rs`) reach rings of one slot and hold pairs to them.
+    /// tests (`algorithm/sliding/tests/`) reach rings of one slot and hold pairs to them.
     pub(crate) static NO_PAIRS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 

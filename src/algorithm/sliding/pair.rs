@@ -144,7 +144,7 @@ impl Words<'_> {
 /// admitted: within the view's slot, as the previous slot's weight falls (never, strict,
 /// before the slot ends); else in the next slot, where the current slot is the oldest; else
 /// at the start of the one after, with the window empty. The walk of `wait.rs` on a ring
-/// of one slot takes the same steps (`tests.rs` holds the two together).
+/// of one slot takes the same steps (`sliding/tests/` holds the two together).
 #[allow(clippy::arithmetic_side_effects, reason = "slots below 2⁴⁵ (counter.rs)")]
 pub(super) fn pair_admissible_at(rule: &Rule, view: &View, cost: u64) -> u64 {
     let room = rule.max.saturating_sub(cost);

@@ -9,7 +9,7 @@ use super::View;
 
 #[cfg(test)]
 thread_local! {
-    /// Run once between a wait's count of the older slots and its walk: lets `tests.rs`
+    /// Run once between a wait's count of the older slots and its walk: lets `sliding/tests/`
     /// land another thread's write exactly there.
     pub(super) static BETWEEN_COUNT_AND_WALK: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
         const { std::cell::RefCell::new(None) };
@@ -18,7 +18,7 @@ thread_local! {
 #[cfg(test)]
 thread_local! {
     /// Set: every wait walks the window, without the shortcut for a burst in one slot, so
-    /// that `tests.rs` can hold the two answers together.
+    /// that `sliding/tests/` can hold the two answers together.
     pub(super) static WALK_ONLY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// Waits answered by the shortcut.
     pub(super) static SHORTCUTS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
@@ -62,7 +62,7 @@ impl Tail {
     /// and the tail alone leaves no room for `cost` (a burst refused again and again, the
     /// usual case under attack): nothing fits until the tail is the oldest slot (the oldest
     /// slot now, whatever it holds, is gone long before), where its weight falls until
-    /// `cost` fits. The walk comes to the same answer, by the same two jumps (`tests.rs`
+    /// `cost` fits. The walk comes to the same answer, by the same two jumps (`sliding/tests/`
     /// holds the two together); this reads no ring word, however long the ring and however
     /// old the burst. `None` otherwise.
     #[inline(always)]
@@ -281,7 +281,7 @@ impl Words<'_> {
             // window still holds more than `room` once they have all left and the older slots
             // hold all they take (`left`: no entry is cut short; always so unless a racing
             // move rewrote the ring, which the recount after the walk finds). The answer is
-            // the walk's slot by slot (`tests.rs` holds the two together): none of those
+            // the walk's slot by slot (`sliding/tests/` holds the two together): none of those
             // slots could fit, and `left` cannot reach 0 before the run's end unless the rest
             // of it is empty. A run it cannot take (its word reused by a racing move, or
             // units enough to matter) goes slot by slot.
