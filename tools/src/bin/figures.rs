@@ -454,10 +454,11 @@ fn headline(speed: &Report, memory: &Report) -> Result<String, String> {
     for name in HEADLINE_SPEED {
         let cells = row(&speed.body, name).ok_or(format!("bench_report has no row {name:?}"))?;
         let ratio = if name.starts_with("2 threads") {
-            // Per check per thread: governor's time over slidegate's is the throughput ratio.
-            let ours: f64 = cells[1].trim_end_matches(" ns").parse().map_err(|_| "unreadable time")?;
-            let theirs: f64 = cells[2].trim_end_matches(" ns").parse().map_err(|_| "unreadable time")?;
-            format!("{} ({:.2}× governor's throughput)", cells[3], theirs / ours)
+            // The throughput ratio is the inverse of the time ratio, as `bench_report` states
+            // its target: the median of the rounds' ratios, not the ratio of the medians (which
+            // can fall on the other side of 1 when rounds swing, as two threads' do).
+            let ratio: f64 = cells[3].parse().map_err(|_| "unreadable ratio")?;
+            format!("{} ({:.2}× governor's throughput)", cells[3], 1.0 / ratio)
         } else {
             cells[3].clone()
         };
