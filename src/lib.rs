@@ -147,6 +147,7 @@ pub use limiter::Jitter;
 pub use limiter::{Identities, Limiter, LimiterBuilder};
 pub use policy::{PolicyConfig, DEFAULT_POLICY};
 pub use protocol::MAX_IDENTITIES;
+pub use table::WhenFull;
 
 /// The per-key protocol, exposed for the `loom-tests` crate only (built with
 /// `--cfg slidegate_loom`). Not part of the public API.

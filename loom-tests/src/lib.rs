@@ -173,6 +173,14 @@ mod imp {
         limits[j].max() - room
     }
 
+    /// `loom::model` with room for models that lock several of the table's shards (a
+    /// sweep, a search for room): more branches than loom's default allows.
+    pub fn model_with_branches(f: impl Fn() + Sync + Send + 'static) {
+        let mut model = loom::model::Builder::new();
+        model.max_branches = 20_000;
+        model.check(f);
+    }
+
     /// Outcomes one `loom::model` run has reached, to assert afterwards that every legal
     /// outcome was actually explored (a model that never hits the race proves nothing).
     /// Recorded only from the model's main thread after its joins, so a std `Mutex` is fine.

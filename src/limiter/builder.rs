@@ -19,7 +19,7 @@ use crate::housekeeper;
 use crate::limit::Limit;
 use crate::metrics::Metrics;
 use crate::policy::{PolicyConfig, Tiers, DEFAULT_POLICY};
-use crate::table::Table;
+use crate::table::{Table, WhenFull};
 
 /// The default resolution of the real clock.
 const DEFAULT_TICK: Duration = Duration::from_millis(1);
@@ -46,6 +46,7 @@ where
             resolver: None,
             clock: None,
             max_keys: None,
+            when_full: WhenFull::default(),
             sweep_interval: None,
             tick: DEFAULT_TICK,
             _key: PhantomData,
@@ -78,6 +79,7 @@ pub struct LimiterBuilder<K> {
     resolver: Option<Resolver<K>>,
     clock: Option<ManualClock>,
     max_keys: Option<usize>,
+    when_full: WhenFull,
     sweep_interval: Option<Duration>,
     tick: Duration,
     _key: PhantomData<fn() -> K>,
@@ -95,6 +97,7 @@ impl<K> fmt::Debug for LimiterBuilder<K> {
             .field("resolver", &self.resolver.is_some())
             .field("manual_clock", &self.clock.is_some())
             .field("max_keys", &self.max_keys)
+            .field("when_full", &self.when_full)
             .field("sweep_interval", &self.sweep_interval)
             .field("tick", &self.tick)
             .finish()
@@ -250,18 +253,47 @@ where
         self
     }
 
-    /// Holds at most `max_keys` keys: a new key beyond that is refused with
-    /// [`Denial::TooManyKeys`](crate::Denial::TooManyKeys), and nothing already held is touched. Default: unbounded.
+    /// Holds at most `max_keys` keys. A new key beyond that takes the place of a held key
+    /// that is idle (its windows count nothing, so nothing is forgotten), found at the new
+    /// key's check without waiting for a sweep; when every key looked at is live,
+    /// [`when_full`](Self::when_full) decides (by default the new key is refused with
+    /// [`Denial::TooManyKeys`](crate::Denial::TooManyKeys) and nothing held is touched).
+    /// Default: unbounded.
     ///
     /// ```
-    /// use slidegate::{Denial, Limit, Limiter};
-    /// let limiter = Limiter::<u64>::builder().limit(Limit::per_second(1)).max_keys(1).build()?;
+    /// use std::time::Duration;
+    /// use slidegate::{Denial, Limit, Limiter, ManualClock};
+    /// let clock = ManualClock::new();
+    /// let limiter =
+    ///     Limiter::<u64>::builder().limit(Limit::per_second(1)).max_keys(1).clock(clock.clone()).build()?;
     /// assert!(limiter.check(&1).is_allowed());
     /// assert_eq!(limiter.check(&2).denial(), Some(Denial::TooManyKeys));
+    /// // Once key 1's window holds nothing, key 2 takes its place.
+    /// clock.advance(Duration::from_secs(3));
+    /// assert!(limiter.check(&2).is_allowed());
     /// # Ok::<(), slidegate::ConfigError>(())
     /// ```
     pub fn max_keys(mut self, max_keys: usize) -> Self {
         self.max_keys = Some(max_keys);
+        self
+    }
+
+    /// What a table at [`max_keys`](Self::max_keys) does with a new key when no held key it
+    /// looks at is idle: refuse it ([`WhenFull::Refuse`], the default) or evict the least
+    /// recently used of them ([`WhenFull::EvictLeastRecent`]). See [`WhenFull`] for the
+    /// trade-off.
+    ///
+    /// ```
+    /// use slidegate::{Limit, Limiter, WhenFull};
+    /// let limiter = Limiter::<u64>::builder()
+    ///     .limit(Limit::per_second(10))
+    ///     .max_keys(100_000)
+    ///     .when_full(WhenFull::EvictLeastRecent)
+    ///     .build()?;
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn when_full(mut self, when_full: WhenFull) -> Self {
+        self.when_full = when_full;
         self
     }
 
@@ -355,7 +387,7 @@ where
             }
         };
         let shared = Arc::new(Shared {
-            table: Table::new(self.max_keys.unwrap_or(usize::MAX)),
+            table: Table::new(self.max_keys.unwrap_or(usize::MAX), self.when_full),
             tiers,
             overrides: DashMap::with_hasher(ahash::RandomState::new()),
             any_override: AtomicBool::new(false),

@@ -286,14 +286,22 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let shared = &*self.shared;
-        let node = shared.table.insert(hash, key, now, guard, |owned| {
-            // `set_policy` stores the override before it moves the key's state under this
-            // mutex: either the move finds this state or this finds the override.
-            match self.override_of::<K>(owned) {
-                Some(set) if set != tier => shared.tiers.current(set),
-                _ => policy,
-            }
-        })?;
+        let node = shared.table.insert(
+            hash,
+            key,
+            now,
+            guard,
+            |owned| {
+                // `set_policy` stores the override before it moves the key's state under
+                // this mutex: either the move finds this state or this finds the override.
+                match self.override_of::<K>(owned) {
+                    Some(set) if set != tier => shared.tiers.current(set),
+                    _ => policy,
+                }
+            },
+            // A key that gave its place is an eviction, as a sweep's.
+            |_| shared.metrics.evicted(1),
+        )?;
         shared.metrics.keys(shared.table.len());
         Ok(node)
     }
@@ -379,8 +387,10 @@ where
 
     /// Would a request of cost 1 be admitted now? Consumes nothing and inserts no key;
     /// `remaining()` is what it would be if the request were admitted. For a key not held
-    /// while the table is at `max_keys`, the answer is [`Denial::TooManyKeys`](crate::Denial::TooManyKeys), as a check
-    /// would be.
+    /// while the table is at `max_keys`, the answer is
+    /// [`Denial::TooManyKeys`](crate::Denial::TooManyKeys) unless a held key may make
+    /// room for it ([`WhenFull`](crate::WhenFull)), which a peek judges from the table's
+    /// hints without looking at keys: a check may still be refused where the peek was not.
     ///
     /// ```
     /// use slidegate::{Limit, Limiter};
@@ -413,8 +423,9 @@ where
             }
             self.renew(hash, key, now, &guard);
         }
-        // A new key would be refused while the table is full (until a sweep frees room).
-        if shared.table.is_full() {
+        // A new key in a full table is refused unless a held key can make room (as far as
+        // the table's hints tell: a peek takes no lock and writes nothing).
+        if shared.table.is_full() && !shared.table.may_make_room(now) {
             return Decision::too_many_keys();
         }
         let policy = shared.tiers.current(self.tier_of(key));

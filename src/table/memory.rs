@@ -131,6 +131,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
     /// Replaces the shard's array with one of `len` slots holding the same nodes (and no
     /// tombstones). Under the shard's mutex.
     pub(super) fn rebuild(&self, shard: &Shard<K>, counts: &mut Counts, len: usize, guard: &Guard) {
+        counts.moved();
         let fresh = Slots::with_len(len);
         if let Some(old) = shard.array(Ordering::Relaxed, guard) {
             // Nodes are scattered: hashing a key is a cache miss. Batches of nodes are hashed

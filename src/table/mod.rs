@@ -56,9 +56,11 @@ use crate::protocol::KeyState;
 use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering};
 
 mod memory;
+mod room;
 mod writers;
 
 use memory::words_at;
+pub use room::WhenFull;
 pub(crate) use writers::Change;
 
 /// Shards per table: a rebuild rehashes one shard's keys (at 1 M keys, about 16 k), during
@@ -202,6 +204,11 @@ impl<K> Slots<K> {
     }
 
     /// The slots of `hash`'s probe sequence, in order (each slot once).
+    /// The index of the `i`-th slot [`probe`](Self::probe) yields for `hash`.
+    fn index(&self, hash: u64, i: usize) -> usize {
+        ((hash as usize) & self.mask).wrapping_add(i) & self.mask
+    }
+
     fn probe(&self, hash: u64) -> impl Iterator<Item = &AtomicPtr<Header<K>>> {
         // Truncation is the point: the low bits pick the first slot.
         let start = (hash as usize) & self.mask;
@@ -219,13 +226,25 @@ fn hasher() -> ahash::RandomState {
     return ahash::RandomState::with_seeds(1, 2, 3, 4);
 }
 
-/// What the shard's mutex guards: its counts.
-#[derive(Default)]
+/// What the shard's mutex guards: its counts, and where a search for room stands
+/// (`room.rs`).
 struct Counts {
     /// Nodes in the array.
     live: usize,
     /// Slots holding a node or a tombstone (what probing walks through).
     used: usize,
+    /// The slot where the next search for room starts: the array's length once the last
+    /// slot was passed (that search first ends the lap).
+    hand: usize,
+    /// The earliest time any node passed or inserted in the hand's current lap can be
+    /// idle (0: unknown).
+    lap_min: u64,
+}
+
+impl Default for Counts {
+    fn default() -> Self {
+        Counts { live: 0, used: 0, hand: 0, lap_min: u64::MAX }
+    }
 }
 
 struct Shard<K> {
@@ -239,6 +258,8 @@ struct Shard<K> {
     /// that finds the table full and the mutex busy waits for the mutex only if it is
     /// inserting the same key ([`Table::insert`]).
     inserting: AtomicU64,
+    /// Its place in the table's shards, and in [`Table::hints`].
+    index: usize,
 }
 
 impl<K> Shard<K> {
@@ -278,6 +299,12 @@ pub(crate) struct Table<K> {
     /// above `max_keys` (a key is counted before it is inserted, and only if there is room).
     live: AtomicUsize,
     max_keys: usize,
+    /// What a full table does when no held key is idle.
+    when_full: WhenFull,
+    /// Per shard, a time (ns) before which none of its keys is idle: hints for the search
+    /// for room in a full table (`room.rs`), each written under its shard's mutex and read
+    /// without it; side by side, so that a search reads them all in a few lines.
+    hints: CachePadded<[AtomicU64; SHARDS]>,
 }
 
 impl<K> Table<K> {
@@ -321,17 +348,20 @@ impl<K> Table<K> {
 }
 
 impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
-    pub(crate) fn new(max_keys: usize) -> Table<K> {
+    pub(crate) fn new(max_keys: usize, when_full: WhenFull) -> Table<K> {
         // An array, not a slice: a shard's index, below SHARDS, needs no bounds check.
-        let shards = Box::new(std::array::from_fn(|_| {
+        let shards = Box::new(std::array::from_fn(|index| {
             CachePadded::new(Shard {
                 slots: AtomicPtr::new(ptr::null_mut()),
                 writer: Mutex::new(Counts::default()),
                 floor: AtomicU64::new(0),
                 inserting: AtomicU64::new(0),
+                index,
             })
         }));
-        Table { shards, hasher: hasher(), live: AtomicUsize::new(0), max_keys }
+        // No key yet: none idle before the end of time.
+        let hints = CachePadded::new(std::array::from_fn(|_| AtomicU64::new(u64::MAX)));
+        Table { shards, hasher: hasher(), live: AtomicUsize::new(0), max_keys, when_full, hints }
     }
 
     /// The hash of `key`, the same for every path (see the module docs).

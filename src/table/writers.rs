@@ -16,6 +16,7 @@ use crate::sync::{AtomicPtr, AtomicUsize, Ordering};
 #[cfg(not(slidegate_loom))]
 use super::memory::prefetch_node;
 use super::memory::{free_node, new_node, SendPtr};
+use super::room::Freed;
 use super::{tag, tagged, tombstone, untagged, Counts, Header, Node, Refused, Shard, Table, SMALLEST};
 
 /// Room reserved in a table's count of keys, given back if dropped (by a panic in the
@@ -32,8 +33,9 @@ impl Drop for Reservation<'_> {
 impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
     /// Inserts a node for `key` with a fresh state at `now`, or at the shard's floor if that
     /// is later, under the policy `policy_of` chooses (called under the shard's mutex, with
-    /// the owned key), unless the key is held already; either way, the key's node. Refused
-    /// when the table holds `max_keys` keys.
+    /// the owned key), unless the key is held already; either way, the key's node. When the
+    /// table holds `max_keys` keys, a held key makes room if one can (`room.rs`; `on_freed`
+    /// is told how), else the new key is refused.
     pub(crate) fn insert<'g, Q>(
         &'g self,
         hash: u64,
@@ -41,6 +43,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
         now: u64,
         guard: &'g Guard,
         policy_of: impl FnOnce(&K) -> Arc<Policy>,
+        on_freed: impl FnOnce(Freed),
     ) -> Result<Node<'g, K>, Refused>
     where
         K: Borrow<Q>,
@@ -89,9 +92,21 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
         // Counted before it is inserted, and only if there is room: `len()` never exceeds
         // `max_keys`, and no insert is refused for another's passing count. Release: pairs
         // with the Acquire load of the count above, publishing the hint just stored.
-        let reserved = self.live.fetch_update(Ordering::Release, Ordering::Relaxed, |live| {
-            (live < self.max_keys).then(|| live.saturating_add(1))
-        });
+        let reserve = || {
+            self.live.fetch_update(Ordering::Release, Ordering::Relaxed, |live| {
+                (live < self.max_keys).then(|| live.saturating_add(1))
+            })
+        };
+        let mut reserved = reserve();
+        if reserved.is_err() {
+            // Full: an idle key gives its place, or `WhenFull` says (`room.rs`); the room
+            // made may go to another insert first, and then this one is refused.
+            let at = now.max(shard.floor.load(Ordering::Relaxed));
+            if let Some(freed) = self.make_room(shard, &mut counts, at, hash, guard) {
+                on_freed(freed);
+                reserved = reserve();
+            }
+        }
         if reserved.is_err() {
             // Release: as the clearing store below (nothing was published).
             shard.inserting.store(0, Ordering::Release);
@@ -104,6 +119,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
         let reservation = Reservation(&self.live);
         let owned = key.to_owned();
         let policy = policy_of(&owned);
+        let expiry = policy.expiry;
         std::mem::forget(reservation);
         // Grown (or rebuilt) only now, for a key that is really going in.
         let slots = self.slots_for_insert(shard, &mut counts, guard);
@@ -121,16 +137,16 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
             }
         };
         let mut free = None;
-        for slot in slots.probe(hash) {
+        for (i, slot) in slots.probe(hash).enumerate() {
             // Relaxed: under the mutex, which orders every writer.
             let here = slot.load(Ordering::Relaxed);
             if here.is_null() || here == tombstone() {
-                free = Some((slot, here.is_null()));
+                free = Some((slot, here.is_null(), slots.index(hash, i)));
                 break;
             }
         }
         // `slots_for_insert` leaves at least one empty slot.
-        let Some((slot, was_empty)) = free else { std::process::abort() };
+        let Some((slot, was_empty, at)) = free else { std::process::abort() };
         // Release pairs with the readers' Acquire load in `find`: the node's header and
         // counters, written above, are visible to whoever finds the node.
         slot.store(tagged(node, tag(hash)), Ordering::Release);
@@ -138,6 +154,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
         // node stored just above.
         shard.inserting.store(0, Ordering::Release);
         counts.live = counts.live.saturating_add(1);
+        counts.inserted(self.hint(shard), at, now, expiry);
         if was_empty {
             counts.used = counts.used.saturating_add(1);
         }
@@ -175,7 +192,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
         let now = now.max(shard.floor.load(Ordering::Relaxed));
         let change = change(node, now);
         Self::raise_floor(shard, &change, now);
-        let retired = self.apply(slot, node, change, &mut counts, guard);
+        let retired = self.apply(shard, slot, node, change, &mut counts, guard);
         drop(counts);
         if let Some(node) = retired {
             // Freed by a later collection, once two epochs have passed (`grace.rs`).
@@ -186,7 +203,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
 
     /// Before a node leaves the shard (`change` replaces or removes it): the floor rises to
     /// `now`, the time of its retirement (under the mutex; see [`floor`](Self::floor)).
-    fn raise_floor(shard: &Shard<K>, change: &Change, now: u64) {
+    pub(super) fn raise_floor(shard: &Shard<K>, change: &Change, now: u64) {
         let at = match change {
             Change::Replace(_, at) => now.max(*at),
             Change::Remove => now,
@@ -197,8 +214,9 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
         shard.floor.fetch_max(at, Ordering::Release);
     }
 
-    fn apply(
+    pub(super) fn apply(
         &self,
+        shard: &Shard<K>,
         slot: &AtomicPtr<Header<K>>,
         node: Node<'_, K>,
         change: Change,
@@ -208,6 +226,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
         match change {
             Change::Keep => None,
             Change::Repoint(newer) => {
+                counts.unknown(self.hint(shard));
                 let newer = Arc::into_raw(newer).cast_mut();
                 // Release pairs with the Acquire load in `Node::policy`: the new version is
                 // initialised for whoever loads it.
@@ -225,6 +244,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
                 None
             }
             Change::Replace(state, _) => {
+                counts.unknown(self.hint(shard));
                 let (policy, words) = state.into_parts();
                 let fresh = new_node(node.key().clone(), policy, &words);
                 // The same key: the same tag. Release: as in `insert`.
@@ -245,7 +265,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
 
     /// Frees nodes taken out of the table once no reader can hold them: one deferred
     /// function for the lot (a sweep's thousands of nodes are one deferred item).
-    fn retire_nodes(dead: Vec<SendPtr<Header<K>>>, guard: &Guard) {
+    pub(super) fn retire_nodes(dead: Vec<SendPtr<Header<K>>>, guard: &Guard) {
         if dead.is_empty() {
             return;
         }
@@ -298,7 +318,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
             let node = Node { ptr, _guard: PhantomData };
             let change = change(node);
             Self::raise_floor(shard, &change, now);
-            dead.extend(self.apply(slot, node, change, &mut counts, &guard));
+            dead.extend(self.apply(shard, slot, node, change, &mut counts, &guard));
         }
         let removed = dead.len();
         Self::retire_nodes(dead, &guard);

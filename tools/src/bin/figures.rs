@@ -32,7 +32,7 @@ struct Args {
     #[argh(switch)]
     quick: bool,
     /// run only this report (repeatable): bench_report, memory, idle, accuracy,
-    /// gateway_report, redis_report, memcached, fuzz, spray, churn, soak
+    /// gateway_report, redis_report, memcached, fuzz, spray, room, churn, soak
     #[argh(option)]
     only: Vec<String>,
     /// seconds of fuzzing per target (default 300; 5 with --quick)
@@ -63,6 +63,7 @@ const REPORTS: &[&str] = &[
     "memcached",
     "accuracy",
     "spray",
+    "room",
     "churn",
     "soak",
     "fuzz",
@@ -233,7 +234,7 @@ impl Context {
     fn run(&self, name: &str) -> Result<Report, String> {
         let quick: &[&str] = if self.quick { &["--quick"] } else { &[] };
         match name {
-            "bench_report" | "idle" | "spray" => self.tool(name, &[], quick),
+            "bench_report" | "idle" | "spray" | "room" => self.tool(name, &[], quick),
             "memory" => self.tool(name, &[], &[]),
             "churn" => self.tool(name, &[], if self.quick { quick } else { &["--cycles", "30"] }),
             "soak" if self.quick => self.tool(name, &[], quick),

@@ -7,7 +7,8 @@
 //! 100 ms; the spray arrives at `max_keys` new addresses per simulated second, twice what the
 //! table can hold for the 2 s a key lives (window + precision), so the table runs full and
 //! about half the spray is refused with `TooManyKeys` while the other half gets in as
-//! expired spray is swept out.
+//! expired spray makes room (a new key takes an idle key's place at its check, or the
+//! sweeper removes it first).
 //!
 //! Real threads race: two spray threads, one thread of 1,000 legitimate keys (inserted
 //! before the spray, each checking twice per tick with costs of 1 or 2, so some are refused

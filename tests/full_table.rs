@@ -1,0 +1,177 @@
+//! A table at `max_keys`: an idle key (its windows count nothing) gives its place to a new
+//! key at the new key's check, without a sweep, on a manual clock, for every algorithm and
+//! across shards; when every key is live, `WhenFull::Refuse` refuses the new key and leaves
+//! every count alone, and `WhenFull::EvictLeastRecent` admits it in place of the least
+//! recently used key of a sample; `peek` agrees with the check where the table's hints
+//! allow it to know.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::Duration;
+
+use slidegate::{Algorithm, Denial, Limit, Limiter, ManualClock, WhenFull};
+
+const ALGORITHMS: [Algorithm; 4] =
+    [Algorithm::SlidingWindow, Algorithm::FixedWindow, Algorithm::SlidingLog, Algorithm::Gcra];
+
+fn limiter(
+    algorithm: Algorithm,
+    limit: Limit,
+    max_keys: usize,
+    when_full: WhenFull,
+) -> (ManualClock, Limiter<u64>) {
+    let clock = ManualClock::new();
+    let limiter = Limiter::<u64>::builder()
+        .algorithm(algorithm)
+        .limit(limit)
+        .max_keys(max_keys)
+        .when_full(when_full)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    (clock, limiter)
+}
+
+#[test]
+fn an_idle_key_gives_its_place_to_a_new_key_without_a_sweep() {
+    for algorithm in ALGORITHMS {
+        let (clock, limiter) = limiter(algorithm, Limit::per_second(1), 2, WhenFull::Refuse);
+        assert!(limiter.check(&1).is_allowed(), "{algorithm:?}");
+        assert!(limiter.check(&2).is_allowed(), "{algorithm:?}");
+        // Both keys live: refused, and neither key's count is touched.
+        assert_eq!(limiter.check(&3).denial(), Some(Denial::TooManyKeys), "{algorithm:?}");
+        assert_eq!(limiter.peek(&3).denial(), Some(Denial::TooManyKeys), "{algorithm:?}");
+        assert_eq!(limiter.check(&1).denial(), Some(Denial::Limit(0)), "{algorithm:?}");
+        // Every algorithm's state of a 1/s limit counts nothing 3 s after its last unit.
+        clock.advance(Duration::from_secs(3));
+        assert!(limiter.peek(&3).is_allowed(), "{algorithm:?}: the peek sees room");
+        assert!(limiter.check(&3).is_allowed(), "{algorithm:?}: an idle key made room");
+        assert!(limiter.check(&4).is_allowed(), "{algorithm:?}: the other idle key too");
+        assert_eq!(limiter.len(), 2, "{algorithm:?}");
+        // Now 3 and 4 are live and 1 and 2 are gone.
+        assert_eq!(limiter.check(&1).denial(), Some(Denial::TooManyKeys), "{algorithm:?}");
+        assert_eq!(limiter.check(&3).denial(), Some(Denial::Limit(0)), "{algorithm:?}");
+    }
+}
+
+/// With 64 shards and 4 keys, a new key's shard almost never holds one: the room is found
+/// in other shards, through their hints. Round after round, every new key gets in at its
+/// first check as soon as the old ones are idle, and never before. 50 limiters, each with
+/// its own random hashing, put keys in every slot of a shard's array, the last included.
+#[test]
+fn idle_keys_in_other_shards_make_room() {
+    for limiter_no in 0..50 {
+        let (clock, limiter) = limiter(Algorithm::SlidingWindow, Limit::per_second(5), 4, WhenFull::Refuse);
+        let mut next = 0u64;
+        for round in 0..200 {
+            for _ in 0..4 {
+                assert!(limiter.check(&next).is_allowed(), "limiter {limiter_no}, round {round}: key {next}");
+                next += 1;
+            }
+            assert_eq!(limiter.check(&next).denial(), Some(Denial::TooManyKeys), "round {round}: all live");
+            assert_eq!(limiter.len(), 4);
+            // Expiry of a one-slot 1 s window: 2 s after the last unit.
+            clock.advance(Duration::from_millis(1999));
+            assert_eq!(
+                limiter.check(&next).denial(),
+                Some(Denial::TooManyKeys),
+                "round {round}: not yet idle"
+            );
+            clock.advance(Duration::from_millis(1));
+        }
+    }
+}
+
+/// An idle key in a table of many keys is found by the hands' laps, whatever its shard,
+/// with the rest of the table live.
+#[test]
+fn a_few_idle_keys_among_many_live_ones_are_found() {
+    let (clock, limiter) = limiter(Algorithm::SlidingWindow, Limit::per_minute(10), 4096, WhenFull::Refuse);
+    for key in 0..16 {
+        assert!(limiter.check(&key).is_allowed());
+    }
+    // 61 s later (expiry: the window and one slot) keys 0..16 are idle; the rest are
+    // inserted now and live.
+    clock.advance(Duration::from_secs(61));
+    for key in 16..4096 {
+        assert!(limiter.check(&key).is_allowed());
+    }
+    // A new client retries until it gets in. A refused check has looked at 32 keys, all in
+    // shards that may hold an idle key (those 16 keys' shards, at most 16 of about 64 keys
+    // each, under 100 with the spread of hashing; the others' keys were all inserted at
+    // 61 s, so their hints say none is idle before 122 s). One lap of those shards' hands
+    // passes every idle key, and its end sets the shard's hint to 122 s (every key the lap
+    // passed is live): so at most 16 × 100 / 32 = 50 refused checks.
+    let mut refused = 0;
+    for key in 10_000..10_016 {
+        while !limiter.check(&key).is_allowed() {
+            refused += 1;
+            assert!(refused <= 50, "key {key}: {refused} checks refused while idle keys remain");
+        }
+    }
+    assert_eq!(limiter.check(&20_000).denial(), Some(Denial::TooManyKeys));
+    for key in 16..4096 {
+        assert_eq!(limiter.peek(&key).remaining(), 8, "live key {key} keeps its unit");
+    }
+}
+
+#[test]
+fn evict_least_recent_admits_a_new_key_in_place_of_an_old_one() {
+    for algorithm in ALGORITHMS {
+        let (clock, limiter) = limiter(algorithm, Limit::per_minute(10), 2, WhenFull::EvictLeastRecent);
+        assert!(limiter.check(&1).is_allowed(), "{algorithm:?}");
+        assert!(limiter.check(&2).is_allowed(), "{algorithm:?}");
+        clock.advance(Duration::from_secs(1));
+        assert!(limiter.peek(&3).is_allowed(), "{algorithm:?}");
+        let d = limiter.check(&3);
+        assert!(d.is_allowed(), "{algorithm:?}: a live key evicted: {d:?} len {}", limiter.len());
+        assert_eq!(limiter.len(), 2, "{algorithm:?}");
+    }
+}
+
+/// Sampled LRU: with half the keys a minute old and half fresh, evictions fall on the old.
+#[test]
+fn evict_least_recent_evicts_old_keys_first() {
+    let (clock, limiter) =
+        limiter(Algorithm::SlidingWindow, Limit::per_hour(10), 2048, WhenFull::EvictLeastRecent);
+    for key in 0..1024 {
+        assert!(limiter.check(&key).is_allowed());
+    }
+    clock.advance(Duration::from_secs(60));
+    for key in 1024..2048 {
+        assert!(limiter.check(&key).is_allowed());
+    }
+    clock.advance(Duration::from_secs(60));
+    for key in 100_000..100_512 {
+        assert!(limiter.check(&key).is_allowed());
+    }
+    assert_eq!(limiter.len(), 2048);
+    // A held key's peek has 8 left (one unit used), an evicted one's 9.
+    let gone = |keys: std::ops::Range<u64>| keys.filter(|key| limiter.peek(key).remaining() == 9).count();
+    let (old, fresh) = (gone(0..1024), gone(1024..2048));
+    assert_eq!(old + fresh, 512);
+    // A sample of 8 keys of a shard holds no old key with odds of 2^-8 at first; by the end
+    // about a quarter of each shard's keys are old ones still held (16 of 32, less 8
+    // evicted), so at worst 0.75^8 ≈ 0.10: fewer than 51 of 512 fresh evictions expected,
+    // and 64 leaves room for the shards' spread.
+    assert!(fresh <= 64, "{old} old and {fresh} fresh keys evicted");
+}
+
+/// A spray of new keys against a full table of live keys, with `Refuse`: every new key is
+/// refused and every held key keeps its count, whichever shard the searches visit.
+#[test]
+fn a_spray_against_live_keys_is_refused_and_changes_nothing() {
+    let (clock, limiter) = limiter(Algorithm::SlidingWindow, Limit::per_minute(10), 1000, WhenFull::Refuse);
+    for key in 0..1000 {
+        assert!(limiter.check_n(&key, 3).is_allowed());
+    }
+    for step in 0..50 {
+        clock.advance(Duration::from_millis(500));
+        for key in 0..200 {
+            let key = 1_000_000 + step * 200 + key;
+            assert_eq!(limiter.check(&key).denial(), Some(Denial::TooManyKeys));
+        }
+    }
+    for key in 0..1000 {
+        assert_eq!(limiter.peek(&key).remaining(), 6, "key {key}");
+    }
+}
