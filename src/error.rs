@@ -1,4 +1,6 @@
-//! [`ConfigError`]: everything that can be wrong with a limiter's configuration.
+//! [`ConfigError`]: everything that can be wrong with a limiter's configuration;
+//! [`IdentitiesError`]: what can be wrong with the keys given to one
+//! [`check_all`](crate::Limiter::check_all).
 
 use std::fmt;
 use std::time::Duration;
@@ -110,6 +112,14 @@ pub enum ConfigError {
     ZeroMaxKeys,
     /// A zero sweep interval would spin the sweeper.
     ZeroSweepInterval,
+    /// A clock tick shorter than the ticker can keep: it would spin the ticker thread for
+    /// no finer decisions.
+    ClockTickTooShort {
+        /// The tick asked for.
+        given: Duration,
+        /// The shortest tick allowed.
+        least: Duration,
+    },
     /// A [`SlidingLog`](crate::Algorithm::SlidingLog) limit whose `max` would make each
     /// key's log too large (one 8-byte timestamp per unit in the window).
     LogTooLong {
@@ -117,14 +127,6 @@ pub enum ConfigError {
         limit: Limit,
         /// The largest `max` a log limit may have ([`MAX_LOG_UNITS`](crate::MAX_LOG_UNITS)).
         most: u64,
-    },
-    /// [`Limiter::check_all`](crate::Limiter::check_all) was given more keys than
-    /// [`MAX_IDENTITIES`](crate::MAX_IDENTITIES).
-    TooManyIdentities {
-        /// How many were given.
-        given: usize,
-        /// The most allowed.
-        most: usize,
     },
     /// A [`Gcra`](crate::Algorithm::Gcra) limit of more than one unit per nanosecond: the
     /// emission interval `window / max` would round to zero.
@@ -216,6 +218,12 @@ impl fmt::Display for ConfigError {
             }
             ConfigError::ZeroMaxKeys => f.write_str("max_keys is 0, so every key would be refused"),
             ConfigError::ZeroSweepInterval => f.write_str("the sweep interval is zero"),
+            ConfigError::ClockTickTooShort { given, least } => {
+                write!(
+                    f,
+                    "a clock tick of {given:?} is shorter than the shortest the ticker keeps, {least:?}"
+                )
+            }
             ConfigError::LogTooLong { limit, most } => write!(
                 f,
                 "limit {limit}: a sliding log keeps one 8-byte timestamp per unit, and {} units \
@@ -224,9 +232,6 @@ impl fmt::Display for ConfigError {
                 limit.max(),
                 limit.max().saturating_mul(8)
             ),
-            ConfigError::TooManyIdentities { given, most } => {
-                write!(f, "{given} keys given to check_all; at most {most} are charged together")
-            }
             ConfigError::RateTooHigh { limit } => write!(
                 f,
                 "limit {limit}: GCRA spaces units at least 1 ns apart, and {} per {:?} is faster",
@@ -242,3 +247,46 @@ impl fmt::Display for ConfigError {
 }
 
 impl std::error::Error for ConfigError {}
+
+/// Keys [`Limiter::check_all`](crate::Limiter::check_all) cannot charge one request to: an
+/// error in the call, not in the limiter's configuration. Nothing is counted.
+///
+/// ```
+/// use slidegate::{IdentitiesError, Limit, Limiter, MAX_IDENTITIES};
+/// let limiter = Limiter::<u64>::builder().limit(Limit::per_second(10)).build()?;
+/// assert_eq!(limiter.check_all(&[], 1).unwrap_err(), IdentitiesError::NoKeys);
+/// let keys: Vec<u64> = (0..=MAX_IDENTITIES as u64).collect();
+/// let refs: Vec<&u64> = keys.iter().collect();
+/// let err = limiter.check_all(&refs, 1).unwrap_err();
+/// assert_eq!(err, IdentitiesError::TooManyKeys { given: MAX_IDENTITIES + 1, most: MAX_IDENTITIES });
+/// assert_eq!(err.to_string(), "5 keys given to check_all; at most 4 are charged together");
+/// # Ok::<(), slidegate::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum IdentitiesError {
+    /// No key: a request charged to nobody has no decision.
+    NoKeys,
+    /// More keys than [`MAX_IDENTITIES`](crate::MAX_IDENTITIES).
+    TooManyKeys {
+        /// How many were given.
+        given: usize,
+        /// The most allowed.
+        most: usize,
+    },
+}
+
+impl fmt::Display for IdentitiesError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IdentitiesError::NoKeys => {
+                f.write_str("no keys given to check_all: a request needs at least one")
+            }
+            IdentitiesError::TooManyKeys { given, most } => {
+                write!(f, "{given} keys given to check_all; at most {most} are charged together")
+            }
+        }
+    }
+}
+
+impl std::error::Error for IdentitiesError {}

@@ -138,7 +138,7 @@ pub mod guide {
 pub use algorithm::{Algorithm, MAX_LOG_UNITS};
 pub use clock::ManualClock;
 pub use decision::{Decision, Denial};
-pub use error::ConfigError;
+pub use error::{ConfigError, IdentitiesError};
 pub use layout::{Carry, MAX_LIMITS};
 pub use limit::{Accuracy, Limit, MAX_SLOTS, MAX_UNITS, MAX_WINDOW};
 #[cfg(feature = "tokio")]

@@ -600,6 +600,14 @@ fn every_bad_configuration_is_a_config_error_that_says_what_is_wrong() {
         |e| *e == ConfigError::ZeroSweepInterval,
         "sweep interval is zero",
     );
+    for tick in [Duration::ZERO, Duration::from_nanos(1), Duration::from_micros(49)] {
+        expect(
+            Limiter::<u64>::builder().limit(one_s).clock_tick(tick).build(),
+            |e| matches!(e, ConfigError::ClockTickTooShort { least, .. } if *least == Duration::from_micros(50)),
+            "shorter than the shortest the ticker keeps, 50µs",
+        );
+    }
+    assert!(Limiter::<u64>::builder().limit(one_s).clock_tick(Duration::from_micros(50)).build().is_ok());
     // The first bad limit is reported, whatever its place.
     expect(
         build(&[one_s, Limit::per_minute(0)]),

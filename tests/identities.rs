@@ -10,7 +10,7 @@ use std::sync::Barrier;
 use std::thread;
 use std::time::Duration;
 
-use slidegate::{ConfigError, Limiter, ManualClock, PolicyConfig, MAX_IDENTITIES};
+use slidegate::{IdentitiesError, Limiter, ManualClock, PolicyConfig, MAX_IDENTITIES};
 
 #[allow(dead_code)]
 mod support {
@@ -152,11 +152,15 @@ fn too_many_keys_and_edge_cases() {
     let limiter = limiter(&["2/s"], &clock);
     let keys: Vec<u64> = (0..=MAX_IDENTITIES as u64).collect();
     let refs: Vec<&u64> = keys.iter().collect();
-    assert!(matches!(limiter.check_all(&refs, 1), Err(ConfigError::TooManyIdentities { .. })));
+    assert_eq!(
+        limiter.check_all(&refs, 1).unwrap_err(),
+        IdentitiesError::TooManyKeys { given: MAX_IDENTITIES + 1, most: MAX_IDENTITIES }
+    );
     // A key listed twice counts once.
     assert_eq!(limiter.check_all(&[&7, &7], 1).unwrap().remaining(), 1);
-    // No keys, or cost 0: nothing counted, nothing inserted.
-    assert!(limiter.check_all(&[], 1).unwrap().is_allowed());
+    // No keys is an error whatever the cost; cost 0: nothing counted, nothing inserted.
+    assert_eq!(limiter.check_all(&[], 1).unwrap_err(), IdentitiesError::NoKeys);
+    assert_eq!(limiter.check_all(&[], 0).unwrap_err(), IdentitiesError::NoKeys);
     assert_eq!(limiter.check_all(&[&8], 0).unwrap().remaining(), 2);
     assert_eq!(limiter.len(), 1);
     // A cost above max can never pass.

@@ -350,7 +350,12 @@ impl Config {
                             consistent(&d.decision(), clock.now());
                             assert!(d.key() < keys.len().max(1), "{d:?} for {} keys", keys.len());
                         }
-                        Err(err) => check_message(&err),
+                        // No key, or more than MAX_IDENTITIES: an error that says so.
+                        Err(err) => {
+                            let count_wrong = keys.is_empty() || keys.len() > slidegate::MAX_IDENTITIES;
+                            assert!(count_wrong, "{err:?} for {} keys", keys.len());
+                            assert!(err.to_string().contains("check_all"), "{err}");
+                        }
                     }
                 }
                 Action::Peek { key } => consistent(&limiter.peek(&u64::from(*key % 8)), clock.now()),

@@ -54,6 +54,10 @@ where
     }
 }
 
+/// The shortest clock tick [`LimiterBuilder::clock_tick`] takes: a finer one would keep the
+/// ticker thread spinning.
+const SHORTEST_TICK: Duration = Duration::from_micros(50);
+
 /// Configures a [`Limiter`]; see [`Limiter::builder`].
 ///
 /// ```
@@ -324,7 +328,8 @@ where
     }
 
     /// Resolution of the real clock: how often the ticker thread refreshes the time every
-    /// check reads (at least 50 µs). Default 1 ms. Ignored with a [`ManualClock`].
+    /// check reads. Default 1 ms; at least 50 µs ([`ConfigError::ClockTickTooShort`]
+    /// otherwise, from `build`). Ignored with a [`ManualClock`].
     ///
     /// Every real-clock limiter of the process reads the same clock, kept by one ticker
     /// thread (`slidegate-clock`) that ticks at the finest tick among the live limiters, so
@@ -378,11 +383,13 @@ where
         };
         let spawn_error =
             |thread| move |e: std::io::Error| ConfigError::ThreadSpawn { thread, reason: e.to_string() };
+        if self.tick < SHORTEST_TICK {
+            return Err(ConfigError::ClockTickTooShort { given: self.tick, least: SHORTEST_TICK });
+        }
         let (now, ticker) = match &self.clock {
             Some(clock) => (clock.source(), None),
             None => {
-                let tick = self.tick.max(Duration::from_micros(50));
-                let (now, lease) = real_clock(tick).map_err(spawn_error("clock"))?;
+                let (now, lease) = real_clock(self.tick).map_err(spawn_error("clock"))?;
                 (now, Some(lease))
             }
         };

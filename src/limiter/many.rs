@@ -11,7 +11,7 @@ use crate::grace::{self, Guard};
 
 use super::Limiter;
 use crate::decision::Decision;
-use crate::error::ConfigError;
+use crate::error::IdentitiesError;
 use crate::layout::Policy;
 use crate::metrics::PolicyMetrics;
 use crate::protocol::{KeyState, Outcome, MAX_IDENTITIES};
@@ -29,7 +29,8 @@ where
     /// decision is about [`key`](Identities::key): the key with the least room when
     /// admitted, the one that frees up last when refused. Keys checked together are
     /// inserted before the check (a refused request can leave an empty state, swept like
-    /// any idle key); a key listed twice counts once.
+    /// any idle key); a key listed twice counts once. No key, or more than
+    /// `MAX_IDENTITIES`, is an [`IdentitiesError`](crate::IdentitiesError).
     ///
     /// Keys whose policy is in shadow mode are checked after the others have admitted the
     /// request, one by one: each counts the request if it has room, and the first that
@@ -45,15 +46,18 @@ where
     /// let d = limiter.check_all(&[&"user:7", &"ip:203.0.113.9"], 1)?;
     /// assert_eq!((d.is_allowed(), d.key()), (false, 0));
     /// assert_eq!(limiter.check(&"ip:203.0.113.9").remaining(), 1); // the refusal took nothing
-    /// # Ok::<(), slidegate::ConfigError>(())
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn check_all<Q>(&self, keys: &[&Q], cost: u64) -> Result<Identities, ConfigError>
+    pub fn check_all<Q>(&self, keys: &[&Q], cost: u64) -> Result<Identities, IdentitiesError>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
+        if keys.is_empty() {
+            return Err(IdentitiesError::NoKeys);
+        }
         if keys.len() > MAX_IDENTITIES {
-            return Err(ConfigError::TooManyIdentities { given: keys.len(), most: MAX_IDENTITIES });
+            return Err(IdentitiesError::TooManyKeys { given: keys.len(), most: MAX_IDENTITIES });
         }
         let shared = &*self.shared;
         let mut now = shared.now.nanos();
@@ -62,7 +66,7 @@ where
             let decision = if shared.shadow { decision.shadowed() } else { decision };
             Ok(Identities { decision, key })
         };
-        if keys.is_empty() || cost == 0 {
+        if cost == 0 {
             let peeks = keys.iter().map(|k| self.decide::<Q, false>(k, 0, |d, _| d)).enumerate();
             let fresh = || shared.tiers.current(shared.tiers.default_index()).fresh(0);
             let (key, decision) = peeks.min_by_key(|(_, d)| d.remaining()).unwrap_or_else(|| (0, fresh()));
@@ -240,7 +244,7 @@ impl Identities {
     /// use slidegate::{Limit, Limiter};
     /// let limiter = Limiter::<u64>::builder().limit(Limit::per_second(2)).build()?;
     /// assert_eq!(limiter.check_all(&[&1, &2], 1)?.decision().remaining(), 1);
-    /// # Ok::<(), slidegate::ConfigError>(())
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn decision(&self) -> Decision {
         self.decision
@@ -254,7 +258,7 @@ impl Identities {
     /// let limiter = Limiter::<u64>::builder().limit(Limit::per_second(2)).build()?;
     /// let _ = limiter.check(&2);
     /// assert_eq!(limiter.check_all(&[&1, &2], 1)?.key(), 1); // key 2 has the least room
-    /// # Ok::<(), slidegate::ConfigError>(())
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn key(&self) -> usize {
         self.key
