@@ -46,7 +46,10 @@
 //! the tightest on admission, the refusing one on refusal, with `r` the units remaining and,
 //! on refusal, `t` the seconds until the request would fit. Names must be printable ASCII
 //! ([`LayerError::InvalidName`]). Layers stack: an admitted response carries one
-//! `RateLimit` line per layer it passed. A sliding window has no single reset instant for
+//! `RateLimit` line per layer it passed. A policy in shadow mode (the limiter's
+//! [`shadow`](crate::LimiterBuilder::shadow), or a policy's) adds no field: its quota binds
+//! no one, and a client that obeyed it would slow itself down for nothing. So a shadow
+//! layer stacked inside an enforced one leaves the enforced layer's fields alone. A sliding window has no single reset instant for
 //! an admitted request, so `t` is left out there (the draft makes it optional).
 //!
 //! ```

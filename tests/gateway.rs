@@ -480,3 +480,57 @@ async fn clients_behind_trusted_proxies_are_found_whatever_they_spoof() {
         slidegate::tower::LayerError::InvalidNetwork { .. }
     ));
 }
+
+/// A shadow policy's quota binds no one: a key under it gets no `RateLimit` fields, even
+/// past its shadow limit, while keys of the enforced policy get theirs; a shadow layer
+/// stacked inside an enforced one leaves only the enforced layer's fields.
+#[tokio::test]
+async fn a_shadow_policy_advertises_nothing_and_an_enforced_layer_still_does() {
+    use slidegate::PolicyConfig;
+    let clock = ManualClock::new();
+    let api = Limiter::<Vec<u8>>::builder()
+        .policy("free", PolicyConfig::new([Limit::per_second(10)]))
+        .policy("trial", PolicyConfig::new([Limit::per_second(2)]).shadow(true))
+        .default_policy("free")
+        .max_keys(100)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    api.set_policy(&b"trialist"[..], "trial").unwrap();
+    let layer = RateLimitLayer::new("api", api, HeaderKey::new("x-api-key").unwrap()).unwrap();
+    let addr = serve(app().layer(layer)).await;
+    let client = client();
+    for i in 0..4 {
+        let (status, headers) = get_with(&client, addr, "/hello", &[("x-api-key", "trialist")]).await;
+        assert_eq!(status, StatusCode::OK, "request {i}: shadow mode never refuses");
+        assert_eq!(header(&headers, "ratelimit-policy"), None, "request {i}");
+        assert_eq!(header(&headers, "ratelimit"), None, "request {i}");
+    }
+    let (_, headers) = get_with(&client, addr, "/hello", &[("x-api-key", "someone")]).await;
+    assert_eq!(header(&headers, "ratelimit-policy"), Some("\"api.free\";q=10;w=1"));
+    assert_eq!(header(&headers, "ratelimit"), Some("\"api.free\";r=9"));
+
+    // A shadow layer (every policy shadow) inside an enforced one.
+    let trial = Limiter::<IpAddr>::builder()
+        .limit(Limit::per_second(1))
+        .shadow(true)
+        .max_keys(100)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let per_ip = limiter::<IpAddr>(Limit::per_second(100), &clock);
+    let app = app()
+        .layer(RateLimitLayer::new("trial", trial, PeerIp).unwrap())
+        .layer(RateLimitLayer::new("per-ip", per_ip, PeerIp).unwrap());
+    let addr = serve(app).await;
+    for i in 0..3u64 {
+        let (status, headers) = get_with(&client, addr, "/hello", &[]).await;
+        assert_eq!(status, StatusCode::OK);
+        let policies: Vec<&str> =
+            headers.get_all("ratelimit-policy").iter().map(|v| v.to_str().unwrap()).collect();
+        assert_eq!(policies, ["\"per-ip\";q=100;w=1"], "request {i}");
+        let remaining = format!("\"per-ip\";r={}", 99 - i);
+        let fields: Vec<&str> = headers.get_all("ratelimit").iter().map(|v| v.to_str().unwrap()).collect();
+        assert_eq!(fields, [remaining.as_str()], "request {i}");
+    }
+}

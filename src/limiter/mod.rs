@@ -174,8 +174,9 @@ where
         self.check_n_seen(key, cost, |_| {})
     }
 
-    /// [`check_n`](Self::check_n), also showing `seen` the policy version that decided (the
-    /// tower layer's headers describe it).
+    /// [`check_n`](Self::check_n), also showing `seen` the policy version that decided, if
+    /// it enforces its decision (the tower layer's headers describe it: a shadow policy's
+    /// quota binds no one, so a client is told nothing of it).
     #[inline(always)]
     pub(crate) fn check_n_seen<Q>(&self, key: &Q, cost: u64, seen: impl Fn(&Policy)) -> Decision
     where
@@ -184,8 +185,10 @@ where
     {
         let shared = &*self.shared;
         self.decide::<Q, false>(key, cost, |decision, policy| {
-            seen(policy);
             let shadow = shared.shadow || policy.shadow();
+            if !shadow {
+                seen(policy);
+            }
             policy.metrics().decided(&decision, cost, shadow);
             if shadow {
                 return decision.shadowed();
