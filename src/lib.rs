@@ -117,7 +117,8 @@ pub mod tower;
     )
 ))]
 pub mod guide {
-    #[doc = include_str!("../docs/semantics.md")]
+    // The guide with its chart embedded (`build.rs`): rustdoc copies no image.
+    #[doc = include_str!(concat!(env!("OUT_DIR"), "/semantics.md"))]
     pub mod semantics {}
     #[doc = include_str!("../docs/gateway.md")]
     pub mod gateway {}

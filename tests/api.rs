@@ -949,3 +949,29 @@ fn shadow_mode_reports_denials_without_enforcing_or_consuming() {
     let refused = enforcing.check(&1);
     assert_eq!((refused.is_allowed(), refused.shadow_denial()), (false, None));
 }
+
+/// The README's first lines: a one-slot window (`per_second`'s default) can pass up to
+/// twice its limit in one window across a slot edge, and a strict one never more than its
+/// limit. 100/s; 100 units at the end of slot 0, then a request every millisecond: the
+/// densest closed second holds 199 admissions interpolated (fewer than 200), 100 strict.
+#[test]
+fn a_one_slot_window_passes_at_most_twice_its_limit_across_an_edge_and_strict_none() {
+    for (strict, most) in [(false, 199), (true, 100)] {
+        let clock = ManualClock::new();
+        let limit = if strict { Limit::per_second(100).strict() } else { Limit::per_second(100) };
+        let limiter = Limiter::<u64>::builder().limit(limit).clock(clock.clone()).build().unwrap();
+        clock.set(ms(999));
+        let mut log = Vec::new();
+        for _ in 0..100 {
+            assert!(limiter.check(&1).is_allowed());
+            log.push(nanos(clock.now()));
+        }
+        for _ in 0..3000 {
+            clock.advance(ms(1));
+            if limiter.check(&1).is_allowed() {
+                log.push(nanos(clock.now()));
+            }
+        }
+        assert_eq!(densest(&log, nanos(secs(1))), most, "strict: {strict}");
+    }
+}

@@ -534,3 +534,68 @@ async fn a_shadow_policy_advertises_nothing_and_an_enforced_layer_still_does() {
         assert_eq!(fields, [remaining.as_str()], "request {i}");
     }
 }
+
+/// The gateway guide's router: the API-key layer through `route_layer`, merged into an app
+/// that the per-IP layer wraps. Requests for unknown paths (404) are charged per IP but not
+/// to the API-key budget (its `anonymous` fallback key included); through `layer` they were,
+/// since `layer` also wraps the merged router's fallback.
+#[tokio::test]
+async fn unknown_paths_are_not_charged_to_the_api_key_budget() {
+    use axum::routing::post;
+    let clock = ManualClock::new();
+    let per_ip = limiter::<IpAddr>(Limit::per_second(100), &clock);
+    let per_key = limiter::<Vec<u8>>(Limit::per_minute(3), &clock);
+    let api = Router::new().route("/api/items", get(|| async { "items" })).route_layer(
+        RateLimitLayer::new("api-key", per_key, HeaderKey::new("x-api-key").unwrap())
+            .unwrap()
+            .fallback_key(b"anonymous".to_vec()),
+    );
+    let app = Router::new()
+        .route("/login", post(|| async { "welcome" }))
+        .route("/", get(|| async { "hello" }))
+        .merge(api)
+        .layer(RateLimitLayer::new("per-ip", per_ip, PeerIp).unwrap());
+    let addr = serve(app).await;
+    let client = client();
+    for path in ["/nope", "/api", "/api/other", "/api/items/x"] {
+        let (status, headers) = get_with(&client, addr, path, &[]).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
+        let fields: Vec<&str> = headers.get_all("ratelimit").iter().map(|v| v.to_str().unwrap()).collect();
+        assert!(fields.iter().all(|f| f.starts_with("\"per-ip\"")), "{path}: {fields:?}");
+    }
+    let (status, headers) = get_with(&client, addr, "/api/items", &[]).await;
+    assert_eq!(status, StatusCode::OK);
+    let fields: Vec<&str> = headers.get_all("ratelimit").iter().map(|v| v.to_str().unwrap()).collect();
+    assert_eq!(fields, ["\"api-key\";r=2", "\"per-ip\";r=95"], "the anonymous budget is untouched");
+}
+
+/// `ForwardedFor::new(1)` believes `X-Forwarded-For` from whoever connects: a client that
+/// reaches the server directly writes the header itself and gets a fresh budget with each
+/// value. `ForwardedFor::trusting` ignores the header of a peer outside the trusted
+/// networks, so the same client has one budget.
+#[tokio::test]
+async fn a_direct_client_rotates_forwarded_for_past_a_hop_count_but_not_past_trusted_networks() {
+    let clock = ManualClock::new();
+    let client = client();
+    let by_hops =
+        RateLimitLayer::new("login", limiter::<IpAddr>(Limit::per_minute(5), &clock), ForwardedFor::new(1))
+            .unwrap();
+    let by_networks = RateLimitLayer::new(
+        "login",
+        limiter::<IpAddr>(Limit::per_minute(5), &clock),
+        ForwardedFor::trusting(["10.0.0.0/8"]).unwrap(),
+    )
+    .unwrap();
+    let mut admitted = Vec::new();
+    for layer in [by_hops, by_networks] {
+        let addr = serve(app().layer(layer)).await;
+        let mut ok = 0;
+        for i in 0..8 {
+            let xff = format!("198.51.100.{i}");
+            let (status, _) = get_with(&client, addr, "/login", &[("x-forwarded-for", &xff)]).await;
+            ok += usize::from(status == StatusCode::OK);
+        }
+        admitted.push(ok);
+    }
+    assert_eq!(admitted, [8, 5], "hop count: every made-up address admitted; trusted networks: one budget");
+}
