@@ -9,7 +9,9 @@
 //! | [`DENIED_UNITS`] `slidegate_denied_units_total` | counter | `limiter`, `policy`, `limit` | units refused, by the limit that refused them (also for a cost above that limit's `max`) |
 //! | [`SHADOW_DENIED_UNITS`] `slidegate_shadow_denied_units_total` | counter | `limiter`, `policy`, `limit` | units a limit would have refused but shadow mode (the limiter's or the policy's) let through |
 //! | [`TOO_MANY_KEYS_UNITS`] `slidegate_too_many_keys_units_total` | counter | `limiter`, `policy` | units refused because the key was new and the table held `max_keys` keys (`policy`: the one the key would have had) |
-//! | [`EVICTED_KEYS`] `slidegate_evicted_keys_total` | counter | `limiter` | keys evicted by sweeps (a count of keys, not units) |
+//! | [`EVICTED_KEYS`] `slidegate_evicted_keys_total` | counter | `limiter` | idle keys evicted, by sweeps or to make room for a new key in a full table (a count of keys, not units) |
+//! | [`EVICTED_LIVE_KEYS`] `slidegate_evicted_live_keys_total` | counter | `limiter` | keys evicted while their windows still counted units, to make room under [`WhenFull::EvictLeastRecent`](crate::WhenFull::EvictLeastRecent) (each such key's budget restarted) |
+//! | [`UNKNOWN_POLICY`] `slidegate_unknown_policy_total` | counter | `limiter` | new keys whose resolver named no policy of the limiter (they got the default policy) |
 //! | [`KEYS`] `slidegate_keys` | gauge | `limiter` | keys held (set when a key is inserted and after each sweep) |
 //!
 //! The label values: `limiter` is the builder's [`name`](crate::LimiterBuilder::name),
@@ -97,12 +99,31 @@ pub const SHADOW_DENIED_UNITS: &str = "slidegate_shadow_denied_units_total";
 /// ```
 pub const TOO_MANY_KEYS_UNITS: &str = "slidegate_too_many_keys_units_total";
 
-/// Counter: keys evicted by sweeps. Label [`LIMITER`].
+/// Counter: idle keys evicted, by sweeps or to make room for a new key in a full table.
+/// Label [`LIMITER`].
 ///
 /// ```
 /// assert_eq!(slidegate::metrics::EVICTED_KEYS, "slidegate_evicted_keys_total");
 /// ```
 pub const EVICTED_KEYS: &str = "slidegate_evicted_keys_total";
+
+/// Counter: live keys evicted to make room for a new key
+/// ([`WhenFull::EvictLeastRecent`](crate::WhenFull::EvictLeastRecent)); each one's windows
+/// restarted empty. Label [`LIMITER`].
+///
+/// ```
+/// assert_eq!(slidegate::metrics::EVICTED_LIVE_KEYS, "slidegate_evicted_live_keys_total");
+/// ```
+pub const EVICTED_LIVE_KEYS: &str = "slidegate_evicted_live_keys_total";
+
+/// Counter: new keys for which the limiter's
+/// [`resolver`](crate::LimiterBuilder::resolver) named a policy the limiter does not have;
+/// each got the default policy. Label [`LIMITER`].
+///
+/// ```
+/// assert_eq!(slidegate::metrics::UNKNOWN_POLICY, "slidegate_unknown_policy_total");
+/// ```
+pub const UNKNOWN_POLICY: &str = "slidegate_unknown_policy_total";
 
 /// Gauge: keys held. Label [`LIMITER`].
 ///
@@ -140,8 +161,8 @@ mod imp {
     use ::metrics::{Counter, Gauge, Recorder};
 
     use super::{
-        ADMITTED_UNITS, DENIED_UNITS, EVICTED_KEYS, KEYS, LIMIT, LIMITER, POLICY, SHADOW_DENIED_UNITS,
-        TOO_MANY_KEYS_UNITS,
+        ADMITTED_UNITS, DENIED_UNITS, EVICTED_KEYS, EVICTED_LIVE_KEYS, KEYS, LIMIT, LIMITER, POLICY,
+        SHADOW_DENIED_UNITS, TOO_MANY_KEYS_UNITS, UNKNOWN_POLICY,
     };
     use crate::{Decision, Denial, Limit};
 
@@ -211,6 +232,8 @@ mod imp {
     /// The limiter's own series.
     struct LimiterHandles {
         evicted: Counter,
+        evicted_live: Counter,
+        unknown_policy: Counter,
         keys: Gauge,
     }
 
@@ -228,6 +251,8 @@ mod imp {
         fn register(name: &str) -> LimiterHandles {
             LimiterHandles {
                 evicted: ::metrics::counter!(EVICTED_KEYS, LIMITER => name.to_owned()),
+                evicted_live: ::metrics::counter!(EVICTED_LIVE_KEYS, LIMITER => name.to_owned()),
+                unknown_policy: ::metrics::counter!(UNKNOWN_POLICY, LIMITER => name.to_owned()),
                 keys: ::metrics::gauge!(KEYS, LIMITER => name.to_owned()),
             }
         }
@@ -254,6 +279,14 @@ mod imp {
         #[inline]
         pub(crate) fn evicted(&self, keys: usize) {
             self.handles().evicted.increment(keys as u64);
+        }
+
+        pub(crate) fn evicted_live(&self) {
+            self.handles().evicted_live.increment(1);
+        }
+
+        pub(crate) fn unknown_policy(&self) {
+            self.handles().unknown_policy.increment(1);
         }
     }
 
@@ -375,6 +408,10 @@ mod imp {
 
         #[inline(always)]
         pub(crate) fn evicted(&self, _: usize) {}
+
+        pub(crate) fn evicted_live(&self) {}
+
+        pub(crate) fn unknown_policy(&self) {}
     }
 }
 

@@ -84,90 +84,26 @@ use route::{fields, Route};
 
 mod client_ip;
 mod cost;
+mod error;
 mod extract;
 mod header;
 mod path;
+mod problem;
 mod refusal;
 mod route;
 
 pub use client_ip::{ForwardedFor, OnMalformed};
 pub use cost::{Cost, CostFn, UnitCost};
+pub use error::LayerError;
 pub use extract::{key_fn, IntoKey, KeyError, KeyExtractor, KeyFn, PathKey, PeerIp};
 pub use header::{AuthorizationKey, HeaderKey};
-pub use refusal::{DefaultRefusals, ProblemJson, Refusal, RefusalKind, Refuse, RefuseFn};
+pub use problem::ProblemJson;
+pub use refusal::{DefaultRefusals, Refusal, RefusalKind, Refuse, RefuseFn};
 
 /// The `RateLimit-Policy` field name.
 pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 /// The `RateLimit` field name.
 pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
-
-/// What is wrong with a layer's configuration, found when the layer is built.
-///
-/// ```
-/// use std::net::IpAddr;
-/// use slidegate::tower::{LayerError, PeerIp, RateLimitLayer};
-/// use slidegate::{Limit, Limiter};
-///
-/// let unbounded = Limiter::<IpAddr>::builder().limit(Limit::per_second(10)).build()?;
-/// let err = RateLimitLayer::new("api", unbounded, PeerIp).unwrap_err();
-/// assert!(matches!(err, LayerError::UnboundedKeys { .. }));
-/// # Ok::<(), slidegate::ConfigError>(())
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum LayerError {
-    /// The route's limiter was built without [`max_keys`](crate::LimiterBuilder::max_keys):
-    /// keys chosen by clients (an address, a header) would grow its memory without bound.
-    UnboundedKeys {
-        /// The route's name.
-        name: String,
-    },
-    /// A route's or a policy's name that cannot appear in the `RateLimit` fields: empty, or
-    /// not printable ASCII.
-    InvalidName {
-        /// The name.
-        name: String,
-    },
-    /// A header name that is not one ([`HeaderKey::new`]).
-    InvalidHeaderName {
-        /// The name.
-        name: String,
-    },
-    /// A trusted network that is neither a CIDR nor an address ([`ForwardedFor::trusting`]).
-    InvalidNetwork {
-        /// The entry.
-        network: String,
-    },
-    /// A route prefix without a single normal form (see [`RateLimitLayer::route`]).
-    InvalidRoute {
-        /// The prefix.
-        prefix: String,
-        /// Why.
-        reason: &'static str,
-    },
-}
-
-impl fmt::Display for LayerError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            LayerError::UnboundedKeys { name } => write!(
-                f,
-                "route {name:?}: its limiter holds any number of keys; build it with .max_keys(n) \
-                 so that keys chosen by clients cannot grow memory without bound"
-            ),
-            LayerError::InvalidName { name } => {
-                write!(f, "name {name:?} cannot appear in RateLimit fields: use printable ASCII")
-            }
-            LayerError::InvalidHeaderName { name } => write!(f, "{name:?} is not a valid header name"),
-            LayerError::InvalidNetwork { network } => {
-                write!(f, "{network:?} is neither a network (10.0.0.0/8) nor an address")
-            }
-            LayerError::InvalidRoute { prefix, reason } => write!(f, "route prefix {prefix:?}: {reason}"),
-        }
-    }
-}
-
-impl std::error::Error for LayerError {}
 
 /// What to do with a request the extractor finds no key in.
 #[derive(Clone)]
@@ -407,21 +343,26 @@ where
     }
 
     /// Answers refusals with `respond`'s response instead of the defaults (see
-    /// [`Refusal`]): for a custom body, other statuses, or logging.
+    /// [`Refusal`]): for a custom body, other statuses, or logging. The response's body
+    /// is the wrapped service's body type: `axum::body::Body` under axum.
     ///
     /// ```
+    /// use axum::body::Body;
+    /// use axum::routing::get;
+    /// use axum::Router;
     /// use http::{Response, StatusCode};
     /// use slidegate::tower::{PeerIp, RateLimitLayer, Refusal, RefusalKind};
     /// use slidegate::{Limit, Limiter};
     /// let limiter = Limiter::<std::net::IpAddr>::builder().limit(Limit::per_second(10)).max_keys(100_000).build()?;
     /// let layer = RateLimitLayer::new("api", limiter, PeerIp)?.on_refusal(|refusal: &Refusal| {
-    ///     let mut response = refusal.response(format!("slow down ({})", refusal.detail()));
+    ///     let mut response = refusal.response(Body::from(format!("slow down ({})", refusal.detail())));
     ///     if refusal.kind() == RefusalKind::MissingKey {
     ///         *response.status_mut() = StatusCode::BAD_REQUEST;
     ///     }
     ///     response
     /// });
-    /// # let _ = layer;
+    /// let app: Router = Router::new().route("/", get(|| async { "hello" })).layer(layer);
+    /// # let _ = app;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn on_refusal<B, F>(self, respond: F) -> RateLimitLayer<K, X, C, RefuseFn<F>>
@@ -443,7 +384,25 @@ where
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn problem_json(self) -> RateLimitLayer<K, X, C, ProblemJson> {
-        self.with(|c| c, |_| ProblemJson)
+        self.problem_json_with(ProblemJson::new())
+    }
+
+    /// [`problem_json`](Self::problem_json) with a `type` URI and extension members of your
+    /// own ([`ProblemJson`]).
+    ///
+    /// ```
+    /// use slidegate::tower::{PeerIp, ProblemJson, RateLimitLayer};
+    /// use slidegate::{Limit, Limiter};
+    /// let limiter = Limiter::<std::net::IpAddr>::builder().limit(Limit::per_second(10)).max_keys(100_000).build()?;
+    /// let problem = ProblemJson::new()
+    ///     .type_uri("https://api.example.com/problems/rate-limited")
+    ///     .member("support", "https://api.example.com/limits")?;
+    /// let layer = RateLimitLayer::new("api", limiter, PeerIp)?.problem_json_with(problem);
+    /// # let _ = layer;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn problem_json_with(self, problem: ProblemJson) -> RateLimitLayer<K, X, C, ProblemJson> {
+        self.with(|c| c, |_| problem)
     }
 }
 

@@ -975,3 +975,33 @@ fn a_one_slot_window_passes_at_most_twice_its_limit_across_an_edge_and_strict_no
         assert_eq!(densest(&log, nanos(secs(1))), most, "strict: {strict}");
     }
 }
+
+/// `limit_of` names the limit a decision is about in the key's own policy, held or not,
+/// and nothing for a full table.
+#[test]
+fn limit_of_names_the_refusing_limit_of_the_keys_policy() {
+    use slidegate::PolicyConfig;
+    let clock = ManualClock::new();
+    let limiter = Limiter::<u64>::builder()
+        .policy("free", PolicyConfig::new([Limit::per_second(10), Limit::per_minute(2)]))
+        .policy("paid", PolicyConfig::new([Limit::per_second(1), Limit::per_hour(100)]))
+        .max_keys(2)
+        .clock(clock)
+        .build()
+        .unwrap();
+    limiter.set_policy(&2, "paid").unwrap();
+    let _ = (limiter.check(&1), limiter.check(&1));
+    let refused = limiter.check(&1);
+    assert_eq!(refused.denial(), Some(Denial::Limit(1)));
+    assert_eq!(limiter.limit_of(&1, &refused), Some(Limit::per_minute(2)));
+    let _ = limiter.check(&2);
+    let refused = limiter.check(&2);
+    assert_eq!(refused.denial(), Some(Denial::Limit(0)));
+    assert_eq!(limiter.limit_of(&2, &refused), Some(Limit::per_second(1)));
+    let full = limiter.check(&3);
+    assert_eq!(full.denial(), Some(Denial::TooManyKeys));
+    assert_eq!(limiter.limit_of(&3, &full), None);
+    // A key not held: the limit of the policy it would get (free, the default).
+    let about_limit_1 = limiter.check(&1);
+    assert_eq!(limiter.limit_of(&9, &about_limit_1), Some(Limit::per_minute(2)));
+}

@@ -599,3 +599,30 @@ async fn a_direct_client_rotates_forwarded_for_past_a_hop_count_but_not_past_tru
     }
     assert_eq!(admitted, [8, 5], "hop count: every made-up address admitted; trusted networks: one budget");
 }
+
+/// `problem_json_with`: the problem object carries the gateway's `type` URI and its
+/// extension members, escaped as JSON, through a real server.
+#[tokio::test]
+async fn a_problem_object_has_the_gateways_type_and_members() {
+    use slidegate::tower::ProblemJson;
+    let clock = ManualClock::new();
+    let problem = ProblemJson::new()
+        .type_uri("https://api.example.com/problems/rate-limited")
+        .member("support", "https://api.example.com/limits")
+        .unwrap()
+        .member("note", "say \"please\"\n")
+        .unwrap();
+    let layer = RateLimitLayer::new("api", limiter::<IpAddr>(Limit::per_minute(1), &clock), PeerIp)
+        .unwrap()
+        .problem_json_with(problem);
+    let addr = serve(app().layer(layer)).await;
+    assert_eq!(raw_get(addr, "/hello", "").await.0, 200);
+    let (status, body) = raw_get(addr, "/hello", "").await;
+    assert_eq!(status, 429);
+    let problem: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(problem["type"], "https://api.example.com/problems/rate-limited");
+    assert_eq!(problem["status"], 429);
+    assert_eq!(problem["retry_after"], 61); // a window and a slot: the unit leaves at 61 s
+    assert_eq!(problem["support"], "https://api.example.com/limits");
+    assert_eq!(problem["note"], "say \"please\"\n");
+}

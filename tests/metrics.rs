@@ -14,10 +14,10 @@ use std::time::Duration;
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use slidegate::metrics::{
-    ADMITTED_UNITS, DENIED_UNITS, EVICTED_KEYS, KEYS, LIMIT, LIMITER, POLICY, SHADOW_DENIED_UNITS,
-    TOO_MANY_KEYS_UNITS,
+    ADMITTED_UNITS, DENIED_UNITS, EVICTED_KEYS, EVICTED_LIVE_KEYS, KEYS, LIMIT, LIMITER, POLICY,
+    SHADOW_DENIED_UNITS, TOO_MANY_KEYS_UNITS, UNKNOWN_POLICY,
 };
-use slidegate::{Carry, Limit, Limiter, ManualClock, PolicyConfig};
+use slidegate::{Carry, Limit, Limiter, ManualClock, PolicyConfig, WhenFull};
 
 #[allow(dead_code)]
 mod support {
@@ -162,4 +162,25 @@ fn limiters_built_before_and_after_the_recorder_report_units_by_policy_and_limit
     assert_eq!(get(&series, ADMITTED_UNITS, default, None), Some(&DebugValue::Counter(2)), "{series:?}");
     assert_eq!(get(&series, SHADOW_DENIED_UNITS, default, Some("2/min")), Some(&DebugValue::Counter(3)));
     assert_eq!(get(&series, DENIED_UNITS, default, Some("2/min")), Some(&DebugValue::Counter(0)));
+
+    // A full table making room: an idle key's place is an eviction, a live key's (under
+    // `EvictLeastRecent`) one of its own; a resolver naming no policy is counted.
+    let full = Limiter::<u64>::builder()
+        .name("full")
+        .limit(Limit::per_second(1))
+        .max_keys(1)
+        .when_full(WhenFull::EvictLeastRecent)
+        .resolver(|key: &u64| (*key == 5).then_some("gold"))
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    assert!(full.check(&1).is_allowed());
+    clock.advance(Duration::from_secs(3));
+    assert!(full.check(&2).is_allowed()); // key 1 is idle
+    assert!(full.check(&3).is_allowed()); // key 2 is live
+    assert!(full.check(&5).is_allowed()); // no policy "gold": the default, and key 3 evicted
+    let series = snapshot(&snapshotter, "full");
+    assert_eq!(get(&series, EVICTED_KEYS, None, None), Some(&DebugValue::Counter(1)), "{series:?}");
+    assert_eq!(get(&series, EVICTED_LIVE_KEYS, None, None), Some(&DebugValue::Counter(2)));
+    assert_eq!(get(&series, UNKNOWN_POLICY, None, None), Some(&DebugValue::Counter(1)));
 }

@@ -13,6 +13,7 @@ use crate::grace;
 
 use super::Limiter;
 use crate::algorithm::Algorithm;
+use crate::decision::{Decision, Denial};
 use crate::error::ConfigError;
 use crate::layout::{Carry, Policy};
 use crate::limit::Limit;
@@ -137,13 +138,16 @@ where
     /// default).
     ///
     /// ```
+    /// use std::collections::HashSet;
     /// use slidegate::{Limit, Limiter, PolicyConfig};
+    /// // The tier comes from the gateway's records of the key, never from its text.
+    /// let paid: HashSet<String> = ["k-42".to_owned()].into();
     /// let limiter = Limiter::<String>::builder()
     ///     .policy("free", PolicyConfig::new([Limit::per_second(5)]))
     ///     .policy("paid", PolicyConfig::new([Limit::per_second(50)]))
-    ///     .resolver(|key: &String| key.starts_with("pk_").then_some("paid"))
+    ///     .resolver(move |key: &String| paid.contains(key).then_some("paid"))
     ///     .build()?;
-    /// assert_eq!(limiter.policy_of("pk_42"), "paid");
+    /// assert_eq!(limiter.policy_of("k-42"), "paid");
     /// assert_eq!(limiter.policy_of("anonymous"), "free"); // the first is the default
     /// # Ok::<(), slidegate::ConfigError>(())
     /// ```
@@ -157,6 +161,36 @@ where
         match self.shared.table.get(self.shared.table.hash(key), key, &guard) {
             Some(node) => tiers.name(node.policy().tier()),
             None => tiers.name(self.tier_of(key)),
+        }
+    }
+
+    /// The limit `decision` (a check of `key`) is about: its
+    /// [`tightest_limit`](Decision::tightest_limit), the refusing limit of a refusal,
+    /// in the policy a check of `key` applies now (as [`policy_of`](Self::policy_of)). `None`
+    /// for a decision about no limit ([`Denial::TooManyKeys`](crate::Denial::TooManyKeys)).
+    /// Allocates nothing, for a log line or a header on every refusal.
+    ///
+    /// ```
+    /// use slidegate::{Limit, Limiter};
+    /// let limiter = Limiter::<u64>::builder().limit(Limit::per_second(10)).limit(Limit::per_minute(1)).build()?;
+    /// let _ = limiter.check(&7);
+    /// let refused = limiter.check(&7);
+    /// assert_eq!(limiter.limit_of(&7, &refused), Some(Limit::per_minute(1)));
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn limit_of<Q>(&self, key: &Q, decision: &Decision) -> Option<Limit>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        if decision.denial() == Some(Denial::TooManyKeys) {
+            return None;
+        }
+        let index = decision.tightest_limit();
+        let guard = grace::pin();
+        match self.shared.table.get(self.shared.table.hash(key), key, &guard) {
+            Some(node) => node.policy().limits().nth(index).copied(),
+            None => self.shared.tiers.current(self.tier_of(key)).limits().nth(index).copied(),
         }
     }
 

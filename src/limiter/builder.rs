@@ -174,8 +174,11 @@ where
 
     /// Chooses a key's policy by name from the key itself. Called once when a key's state
     /// is created (not on every check), so it must depend on the key alone; `None`, or a
-    /// name that is no policy's, gives the default. To change one key's policy at
-    /// runtime, use [`Limiter::set_policy`].
+    /// name that is no policy's, gives the default (a name that is no policy's is counted
+    /// in [`metrics::UNKNOWN_POLICY`](crate::metrics::UNKNOWN_POLICY): refusing the key
+    /// would turn a mistake in the resolver into an outage). Clients choose their keys, so
+    /// look the key up in records of your own rather than read a tier from its text. To
+    /// change one key's policy at runtime, use [`Limiter::set_policy`].
     ///
     /// ```
     /// use slidegate::{Limit, Limiter, PolicyConfig};

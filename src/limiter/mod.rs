@@ -50,7 +50,7 @@ use crate::layout::Policy;
 use crate::metrics::Metrics;
 use crate::policy::Tiers;
 use crate::protocol::{Outcome, OwnedState};
-use crate::table::{Change, Node, Refused, Table};
+use crate::table::{Change, Freed, Node, Refused, Table};
 
 use admin::move_state;
 pub use builder::LimiterBuilder;
@@ -303,7 +303,10 @@ where
                 }
             },
             // A key that gave its place is an eviction, as a sweep's.
-            |_| shared.metrics.evicted(1),
+            |freed| match freed {
+                Freed::Idle => shared.metrics.evicted(1),
+                Freed::Evicted => shared.metrics.evicted_live(),
+            },
         )?;
         shared.metrics.keys(shared.table.len());
         Ok(node)
@@ -324,7 +327,13 @@ where
         let resolved = shared.resolver.as_ref().and_then(|resolve| {
             let owned = key.to_owned();
             let name = resolve(&owned)?;
-            shared.tiers.index(name)
+            let index = shared.tiers.index(name);
+            if index.is_none() {
+                // The default then: refusing the key for a name the code got wrong would
+                // turn a bug into an outage. The metric shows it.
+                shared.metrics.unknown_policy();
+            }
+            index
         });
         resolved.unwrap_or(shared.tiers.default_index())
     }

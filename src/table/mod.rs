@@ -60,6 +60,7 @@ mod room;
 mod writers;
 
 use memory::words_at;
+pub(crate) use room::Freed;
 pub use room::WhenFull;
 pub(crate) use writers::Change;
 

@@ -3,9 +3,10 @@
 
 use std::fmt;
 
-use http::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use http::header::{HeaderValue, RETRY_AFTER};
 use http::{HeaderMap, Response, StatusCode};
 
+use super::problem::ProblemJson;
 use super::route::{fields, whole_seconds, Advert, Route};
 use super::{KeyError, RATELIMIT, RATELIMIT_POLICY};
 use crate::{Decision, Denial};
@@ -159,7 +160,8 @@ impl Refusal {
     }
 
     /// An RFC 9457 problem details object: `type` (`about:blank`), `title` (the status's
-    /// reason), `status`, `detail`, and `retry_after` (seconds) when waiting helps.
+    /// reason), `status`, `detail`, and `retry_after` (seconds) when waiting helps. A `type`
+    /// URI of your own and extension members: [`ProblemJson`].
     ///
     /// ```
     /// # fn f(refusal: &slidegate::tower::Refusal) {
@@ -167,19 +169,7 @@ impl Refusal {
     /// # }
     /// ```
     pub fn problem_details(&self) -> String {
-        let status = self.status();
-        let mut json = format!(
-            "{{\"type\":\"about:blank\",\"title\":\"{}\",\"status\":{},\"detail\":\"{}\"",
-            status.canonical_reason().unwrap_or_default(),
-            status.as_u16(),
-            // A JSON string: the details are ASCII sentences, some quoting a backslash.
-            self.detail.replace('\\', "\\\\").replace('"', "\\\"")
-        );
-        if let Some(wait) = self.decision.and_then(|d| d.retry_after()) {
-            json.push_str(&format!(",\"retry_after\":{}", whole_seconds(wait)));
-        }
-        json.push('}');
-        json
+        ProblemJson::new().details(self)
     }
 
     /// The default response with `body`: [`status`](Self::status) and
@@ -223,24 +213,6 @@ pub struct DefaultRefusals;
 impl<B: Default> Refuse<B> for DefaultRefusals {
     fn respond(&self, refusal: &Refusal) -> Response<B> {
         refusal.response(B::default())
-    }
-}
-
-/// Refusals with an `application/problem+json` body: see
-/// [`RateLimitLayer::problem_json`](super::RateLimitLayer::problem_json).
-///
-/// ```
-/// use slidegate::tower::ProblemJson;
-/// let _ = ProblemJson;
-/// ```
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ProblemJson;
-
-impl<B: From<String>> Refuse<B> for ProblemJson {
-    fn respond(&self, refusal: &Refusal) -> Response<B> {
-        let mut response = refusal.response(B::from(refusal.problem_details()));
-        response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
-        response
     }
 }
 
