@@ -142,6 +142,8 @@ pub struct MemcachedLimiter<K> {
     timeout: Duration,
     clock: Option<ManualClock>,
     fallback: Fallback,
+    /// A [`Fallback::Closed`] refusal's wait ([`Fallback::closed_wait`]).
+    closed_wait: Duration,
     local: Option<Limiter<K>>,
 }
 
@@ -303,6 +305,7 @@ where
             timeout: self.timeout,
             clock: self.clock,
             fallback: self.fallback,
+            closed_wait: Fallback::closed_wait(&self.limits),
             local: (self.fallback == Fallback::Local).then_some(local),
         })
     }
@@ -440,21 +443,14 @@ where
         self.local.as_ref()
     }
 
-    /// The fallback's decision. A cost above a limit's `max` is `CostTooLarge` whichever
-    /// fallback decides (the local limiter answers it so itself): no path admits what no
-    /// window can hold, and "retry later" would never help.
+    /// The fallback's decision ([`Fallback::decide`], as Redis's; the local limiter answers
+    /// a cost above a limit's `max` as `CostTooLarge` itself).
     fn fall_back(&self, key: &K, cost: u64) -> Checked {
-        let too_large = self.buckets.iter().position(|b| cost > b.max);
         match (self.fallback, &self.local) {
             (Fallback::Local, Some(local)) => Checked::new(local.check_n(key, cost), DecidedBy::Local),
-            (Fallback::Closed, _) => match too_large {
-                Some(limit) => Checked::new(Decision::cost_too_large(limit, 0), DecidedBy::FailClosed),
-                None => Checked::new(Decision::limited(0, 0, 1_000_000_000), DecidedBy::FailClosed),
-            },
-            _ => match too_large {
-                Some(limit) => Checked::new(Decision::cost_too_large(limit, 0), DecidedBy::FailOpen),
-                None => Checked::new(Decision::allowed(0, 0), DecidedBy::FailOpen),
-            },
+            (fallback, _) => {
+                fallback.decide(self.buckets.iter().position(|b| cost > b.max), self.closed_wait)
+            }
         }
     }
 

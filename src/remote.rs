@@ -2,8 +2,9 @@
 //! fallback when the server cannot answer, and decisions that say who made them.
 
 use std::ops::Deref;
+use std::time::Duration;
 
-use crate::Decision;
+use crate::{Decision, Limit};
 
 /// What decides when the server cannot (an error, or no answer within the timeout).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -16,6 +17,32 @@ pub enum Fallback {
     /// what it admits is added to Redis when Redis answers again, so no admission is lost.
     #[default]
     Local,
+}
+
+impl Fallback {
+    /// How long a [`Closed`](Fallback::Closed) refusal asks the client to wait: the smallest
+    /// precision among `limits` (one slot of the finest limit, after which the server may
+    /// answer again), 1 s without limits. The same for every backend.
+    pub(crate) fn closed_wait(limits: &[Limit]) -> Duration {
+        limits.iter().map(Limit::get_precision).min().unwrap_or(Duration::from_secs(1))
+    }
+
+    /// The decision of [`Open`](Fallback::Open) or [`Closed`](Fallback::Closed) (the
+    /// local fallback decides through its limiter), shared by every backend: a cost above
+    /// limit `too_large`'s `max` is `CostTooLarge` whichever decides, since no path may
+    /// admit what no window can hold and "retry later" would never help; otherwise `Open`
+    /// admits with nothing remaining and `Closed` refuses for `closed_wait`.
+    pub(crate) fn decide(self, too_large: Option<usize>, closed_wait: Duration) -> Checked {
+        let by = if self == Fallback::Closed { DecidedBy::FailClosed } else { DecidedBy::FailOpen };
+        let decision = match (too_large, by) {
+            (Some(limit), _) => Decision::cost_too_large(limit, 0),
+            (None, DecidedBy::FailClosed) => {
+                Decision::limited(0, 0, u64::try_from(closed_wait.as_nanos()).unwrap_or(u64::MAX))
+            }
+            (None, _) => Decision::allowed(0, 0),
+        };
+        Checked::new(decision, by)
+    }
 }
 
 /// Which path decided a [`Checked`].

@@ -206,6 +206,16 @@ async fn a_vanished_memcached_is_answered_by_the_fallback(server: Memcached) {
             .unwrap()
     };
     let (local, closed, open) = (build(Fallback::Local), build(Fallback::Closed), build(Fallback::Open));
+    // A closed refusal waits the smallest precision of the limits, as Redis's does: one
+    // minute for 100/h (1 min slots) beside 3/min's one second would be 1 s; alone, 1 min.
+    let hourly = MemcachedLimiter::<u64>::builder()
+        .addr(&server.addr)
+        .limit(Limit::per_hour(100))
+        .clock(clock.clone())
+        .timeout(Duration::from_millis(200))
+        .fallback(Fallback::Closed)
+        .build()
+        .unwrap();
     assert_eq!(local.check(&1).await.decided_by(), DecidedBy::Server);
     drop(server);
     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -213,7 +223,10 @@ async fn a_vanished_memcached_is_answered_by_the_fallback(server: Memcached) {
     let d = local.check(&1).await;
     assert_eq!((d.decided_by(), d.is_allowed()), (DecidedBy::Local, true));
     assert!(started.elapsed() < Duration::from_millis(400));
-    assert_eq!(closed.check(&1).await.decided_by(), DecidedBy::FailClosed);
+    let d = closed.check(&1).await;
+    assert_eq!((d.decided_by(), d.retry_after()), (DecidedBy::FailClosed, Some(Duration::from_secs(1))));
+    let d = hourly.check(&1).await;
+    assert_eq!((d.decided_by(), d.retry_after()), (DecidedBy::FailClosed, Some(Duration::from_secs(60))));
     assert_eq!(open.check(&1).await.decided_by(), DecidedBy::FailOpen);
 }
 

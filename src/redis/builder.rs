@@ -263,8 +263,7 @@ where
     pub async fn build(self) -> Result<RedisLimiter<K>, SetupError> {
         let local = self.local()?;
         let remote = Arc::new(self.remote().await?);
-        let closed_retry =
-            self.limits.iter().map(Limit::get_precision).min().unwrap_or(Duration::from_secs(1));
+        let closed_retry = Fallback::closed_wait(&self.limits);
         let batcher = match remote.conn {
             Conn::Single(_) => Some(Batcher::start(Arc::clone(&remote))),
             Conn::Cluster(_) => None,

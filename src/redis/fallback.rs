@@ -42,8 +42,8 @@ where
         Checked::new(Decision::limited(0, 0, retry), DecidedBy::FailClosed)
     }
 
-    /// The fallback's decision. A cost above a limit's `max` is refused as `CostTooLarge`
-    /// whichever fallback decides: no path admits what no window can hold.
+    /// The fallback's decision: the local limiter's, or [`Fallback::decide`] (the same for
+    /// memcached).
     pub(super) fn fall_back(&self, key: &K, redis_key: &str, mode: Mode, cost: u64) -> Checked {
         let too_large = matches!(mode, Mode::Check).then(|| self.remote.too_large(cost)).flatten();
         match (self.fallback, &self.local) {
@@ -74,17 +74,7 @@ where
                 }
                 Checked::new(decision, DecidedBy::Local)
             }
-            (Fallback::Closed, _) => {
-                if let Some(limit) = too_large {
-                    return Checked::new(Decision::cost_too_large(limit, 0), DecidedBy::FailClosed);
-                }
-                let retry = u64::try_from(self.closed_retry.as_nanos()).unwrap_or(u64::MAX);
-                Checked::new(Decision::limited(0, 0, retry), DecidedBy::FailClosed)
-            }
-            _ => match too_large {
-                Some(limit) => Checked::new(Decision::cost_too_large(limit, 0), DecidedBy::FailOpen),
-                None => Checked::new(Decision::allowed(0, 0), DecidedBy::FailOpen),
-            },
+            (fallback, _) => fallback.decide(too_large, self.closed_retry),
         }
     }
 
