@@ -75,7 +75,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::header::{HeaderName, HeaderValue};
-use http::{Request, Response, StatusCode};
+use http::{Method, Request, Response, StatusCode};
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -127,9 +127,10 @@ struct Config<K, X, C, R> {
 impl<K, X, C, R> Config<K, X, C, R> {
     /// The route of a request's path: the first whose prefix the normalised path is under,
     /// else the default; an error for a path without a single normal form.
-    fn route(&self, path: &str) -> Result<&Route<K>, path::Unsafe> {
+    fn route(&self, method: &Method, path: &str) -> Result<&Route<K>, path::Unsafe> {
         let path = path::normalize(path, self.ignore_case)?;
-        Ok(self.routes.iter().find(|r| path::under(&path, &r.prefix)).unwrap_or(&self.default))
+        let found = self.routes.iter().find(|r| r.serves(method) && path::under(&path, &r.prefix));
+        Ok(found.unwrap_or(&self.default))
     }
 }
 
@@ -266,6 +267,42 @@ where
             .map_err(|e| LayerError::InvalidRoute { prefix: prefix.to_owned(), reason: e.reason() })?;
         let route = Route::new(name, normal.into_owned(), limiter.into())?;
         Ok(self.edit(|c| c.routes.push(route)))
+    }
+
+    /// [`route`](Self::route) for requests whose method is one of `methods` only; requests
+    /// under `prefix` with another method go on to the next routes (and the default). A
+    /// route for `GET` serves `HEAD` too, as servers answer `HEAD` with the `GET` handler
+    /// (axum and hyper-based routers, nginx): a `HEAD` request must not escape a limit on
+    /// the `GET` it runs.
+    ///
+    /// ```
+    /// use std::net::IpAddr;
+    /// use http::Method;
+    /// use slidegate::tower::{PeerIp, RateLimitLayer};
+    /// use slidegate::{Limit, Limiter};
+    /// let all = Limiter::<IpAddr>::builder().limit(Limit::per_second(100)).max_keys(100_000).build()?;
+    /// let login = Limiter::<IpAddr>::builder().limit(Limit::per_minute(5)).max_keys(100_000).build()?;
+    /// // Sign-in attempts only: GET /login (the form) counts on the default route.
+    /// let layer = RateLimitLayer::new("default", all, PeerIp)?.route_for(&[Method::POST], "/login", "login", login)?;
+    /// # let _ = layer;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn route_for(
+        self,
+        methods: &[Method],
+        prefix: &str,
+        name: &str,
+        limiter: impl Into<Arc<Limiter<K>>>,
+    ) -> Result<Self, LayerError> {
+        let mut methods = methods.to_vec();
+        if methods.contains(&Method::GET) && !methods.contains(&Method::HEAD) {
+            methods.push(Method::HEAD);
+        }
+        Ok(self.route(prefix, name, limiter)?.edit(|c| {
+            if let Some(route) = c.routes.last_mut() {
+                route.methods = methods;
+            }
+        }))
     }
 
     /// Match routes without regard to ASCII case (`/LOGIN` is under `/login`), for
@@ -455,7 +492,7 @@ where
             let refusal = Refusal::without_decision(kind, route);
             ResponseFuture::answer(config.refuse.respond(&refusal))
         };
-        let route = match config.route(req.uri().path()) {
+        let route = match config.route(req.method(), req.uri().path()) {
             Ok(route) => route,
             Err(_) => return refuse(RefusalKind::UnsafePath, &config.default),
         };

@@ -626,3 +626,56 @@ async fn a_problem_object_has_the_gateways_type_and_members() {
     assert_eq!(problem["support"], "https://api.example.com/limits");
     assert_eq!(problem["note"], "say \"please\"\n");
 }
+
+/// `route_for`: a POST-only `/login` limit counts sign-in attempts, not the form's GETs
+/// (they go to the default route); a GET route also counts HEAD, which axum answers with
+/// the GET handler.
+#[tokio::test]
+async fn method_routes_count_only_their_methods_and_head_counts_as_get() {
+    use axum::routing::post;
+    use http::Method;
+    let clock = ManualClock::new();
+    let layer = RateLimitLayer::new("default", limiter::<IpAddr>(Limit::per_second(100), &clock), PeerIp)
+        .unwrap()
+        .route_for(&[Method::POST], "/login", "login", limiter::<IpAddr>(Limit::per_minute(2), &clock))
+        .unwrap()
+        .route_for(&[Method::GET], "/report", "report", limiter::<IpAddr>(Limit::per_minute(1), &clock))
+        .unwrap();
+    let app = Router::new()
+        .route("/login", get(|| async { "form" }).post(|| async { "welcome" }))
+        .route("/report", get(|| async { "report" }))
+        .layer(layer);
+    let addr = serve(app).await;
+    let client = client();
+    let send = |method: Method, path: &'static str| {
+        let client = client.clone();
+        async move {
+            let req = Request::builder()
+                .method(method)
+                .uri(format!("http://{addr}{path}"))
+                .body(Empty::new())
+                .unwrap();
+            let response = client.request(req).await.unwrap();
+            let fields: Vec<String> = response
+                .headers()
+                .get_all("ratelimit")
+                .iter()
+                .map(|v| v.to_str().unwrap().to_owned())
+                .collect();
+            (response.status(), fields)
+        }
+    };
+    for _ in 0..5 {
+        let (status, fields) = send(Method::GET, "/login").await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(fields[0].starts_with("\"default\""), "{fields:?}");
+    }
+    let mut statuses = Vec::new();
+    for _ in 0..3 {
+        statuses.push(send(Method::POST, "/login").await.0);
+    }
+    assert_eq!(statuses, [StatusCode::OK, StatusCode::OK, StatusCode::TOO_MANY_REQUESTS]);
+    // HEAD runs GET /report's handler: it uses the route's one unit, and the GET is refused.
+    assert_eq!(send(Method::HEAD, "/report").await.0, StatusCode::OK);
+    assert_eq!(send(Method::GET, "/report").await.0, StatusCode::TOO_MANY_REQUESTS);
+}

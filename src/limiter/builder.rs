@@ -58,6 +58,26 @@ where
 /// ticker thread spinning.
 const SHORTEST_TICK: Duration = Duration::from_micros(50);
 
+impl Limiter<()> {
+    /// A limiter with no keys (governor's direct limiter): one budget for everything
+    /// checked through it, such as the calls a client makes to an upstream; check it with
+    /// `check(&())`. For more than one limit, or any other setting, use
+    /// [`Limiter::builder`] with `()` keys.
+    ///
+    /// ```
+    /// use slidegate::{Limit, Limiter};
+    /// let upstream = Limiter::direct(Limit::per_second(20))?;
+    /// assert!(upstream.check(&()).is_allowed());
+    /// assert_eq!(upstream.check(&()).remaining(), 18);
+    /// let parsed = Limiter::direct("100/min".parse()?)?;
+    /// # let _ = parsed;
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn direct(limit: Limit) -> Result<Limiter<()>, ConfigError> {
+        Limiter::<()>::builder().limit(limit).max_keys(1).build()
+    }
+}
+
 /// Configures a [`Limiter`]; see [`Limiter::builder`].
 ///
 /// ```

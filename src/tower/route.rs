@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
 use http::header::HeaderValue;
+use http::Method;
 
 use super::LayerError;
 use crate::layout::Policy as LimiterPolicy;
@@ -28,6 +29,8 @@ pub(super) type AdvertGuard = arc_swap::Guard<Option<Arc<Advert>>>;
 pub(super) struct Route<K> {
     pub(super) name: String,
     pub(super) prefix: String,
+    /// The methods it applies to; empty for every method.
+    pub(super) methods: Vec<Method>,
     pub(super) limiter: Arc<Limiter<K>>,
     adverts: Arc<[ArcSwapOption<Advert>]>,
 }
@@ -41,6 +44,13 @@ pub(super) fn field_name(name: &str) -> Result<String, LayerError> {
     Ok(name.replace('\\', "\\\\").replace('"', "\\\""))
 }
 
+impl<K> Route<K> {
+    /// Whether the route applies to requests with `method`.
+    pub(super) fn serves(&self, method: &Method) -> bool {
+        self.methods.is_empty() || self.methods.contains(method)
+    }
+}
+
 impl<K: Hash + Eq + Clone + Send + Sync + 'static> Route<K> {
     pub(super) fn new(name: &str, prefix: String, limiter: Arc<Limiter<K>>) -> Result<Route<K>, LayerError> {
         field_name(name)?;
@@ -51,7 +61,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Route<K> {
             return Err(LayerError::UnboundedKeys { name: name.to_owned() });
         }
         let adverts = (0..limiter.tier_count()).map(|_| ArcSwapOption::empty()).collect();
-        Ok(Route { name: name.to_owned(), prefix, limiter, adverts })
+        Ok(Route { name: name.to_owned(), prefix, methods: Vec::new(), limiter, adverts })
     }
 
     /// The headers of `policy`, the version that decided a request: cached per named
