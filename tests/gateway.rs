@@ -632,7 +632,6 @@ async fn a_problem_object_has_the_gateways_type_and_members() {
 /// the GET handler.
 #[tokio::test]
 async fn method_routes_count_only_their_methods_and_head_counts_as_get() {
-    use axum::routing::post;
     use http::Method;
     let clock = ManualClock::new();
     let layer = RateLimitLayer::new("default", limiter::<IpAddr>(Limit::per_second(100), &clock), PeerIp)
