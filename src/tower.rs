@@ -89,6 +89,7 @@ mod extract;
 mod header;
 mod path;
 mod problem;
+mod real_ip;
 mod refusal;
 mod route;
 
@@ -98,6 +99,7 @@ pub use error::LayerError;
 pub use extract::{key_fn, IntoKey, KeyError, KeyExtractor, KeyFn, PathKey, PeerIp};
 pub use header::{AuthorizationKey, HeaderKey};
 pub use problem::ProblemJson;
+pub use real_ip::ClientIpHeader;
 pub use refusal::{DefaultRefusals, Refusal, RefusalKind, Refuse, RefuseFn};
 
 /// The `RateLimit-Policy` field name.

@@ -678,3 +678,33 @@ async fn method_routes_count_only_their_methods_and_head_counts_as_get() {
     assert_eq!(send(Method::HEAD, "/report").await.0, StatusCode::OK);
     assert_eq!(send(Method::GET, "/report").await.0, StatusCode::TOO_MANY_REQUESTS);
 }
+
+/// `ClientIpHeader`: a one-address header (here `X-Real-IP`, `CF-Connecting-IP`) is the
+/// key only from a trusted peer; from any other peer the header is ignored and the peer is
+/// the key, so a client that connects directly and rotates the header keeps one budget.
+#[tokio::test]
+async fn client_address_headers_are_believed_from_trusted_peers_only() {
+    use slidegate::tower::ClientIpHeader;
+    let clock = ManualClock::new();
+    let client = client();
+    // The test client connects from 127.0.0.1.
+    let trusted = ClientIpHeader::x_real_ip(["127.0.0.0/8"]).unwrap();
+    let untrusted = ClientIpHeader::cf_connecting_ip(["10.0.0.0/8"]).unwrap();
+    let mut admitted = Vec::new();
+    for (name, key) in [("x-real-ip", trusted), ("cf-connecting-ip", untrusted)] {
+        let layer = RateLimitLayer::new("ip", limiter::<IpAddr>(Limit::per_minute(2), &clock), key).unwrap();
+        let addr = serve(app().layer(layer)).await;
+        let mut ok = 0;
+        for i in 0..5 {
+            let value = format!("198.51.100.{i}");
+            ok += usize::from(get_with(&client, addr, "/hello", &[(name, &value)]).await.0 == StatusCode::OK);
+        }
+        admitted.push(ok);
+        if name == "x-real-ip" {
+            // From the trusted peer: no header is the proxy's mistake, garbage the client's.
+            assert_eq!(get_with(&client, addr, "/hello", &[]).await.0, StatusCode::INTERNAL_SERVER_ERROR);
+            assert_eq!(get_with(&client, addr, "/hello", &[(name, "nope")]).await.0, StatusCode::BAD_REQUEST);
+        }
+    }
+    assert_eq!(admitted, [5, 2], "trusted: five clients; untrusted: the peer's one budget");
+}

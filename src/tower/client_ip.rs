@@ -139,16 +139,7 @@ impl ForwardedFor {
     pub fn trusting<S: AsRef<str>>(
         networks: impl IntoIterator<Item = S>,
     ) -> Result<ForwardedFor, LayerError> {
-        let networks = networks
-            .into_iter()
-            .map(|n| {
-                let n = n.as_ref().trim();
-                n.parse::<IpNet>()
-                    .or_else(|_| n.parse::<IpAddr>().map(IpNet::from))
-                    .map_err(|_| LayerError::InvalidNetwork { network: n.to_owned() })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(ForwardedFor::with(Trust::Networks(networks)))
+        Ok(ForwardedFor::with(Trust::Networks(networks_of(networks)?)))
     }
 
     /// Reads RFC 7239 `Forwarded` (its `for=` parameters) instead of `X-Forwarded-For`.
@@ -263,7 +254,7 @@ impl<B> KeyExtractor<B> for ForwardedFor {
 }
 
 /// A node: an IPv4 or IPv6 address, bracketed or not, with or without a port.
-fn node(text: &str) -> Option<IpAddr> {
+pub(super) fn node(text: &str) -> Option<IpAddr> {
     let text = text.trim();
     if let Ok(ip) = text.parse::<IpAddr>() {
         return Some(ip);
@@ -298,6 +289,21 @@ fn canonical(ip: IpAddr) -> IpAddr {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
         IpAddr::V4(_) => ip,
     }
+}
+
+/// Trusted networks: CIDRs such as `10.0.0.0/8`, or single addresses.
+pub(super) fn networks_of<S: AsRef<str>>(
+    networks: impl IntoIterator<Item = S>,
+) -> Result<Vec<IpNet>, LayerError> {
+    networks
+        .into_iter()
+        .map(|n| {
+            let n = n.as_ref().trim();
+            n.parse::<IpNet>()
+                .or_else(|_| n.parse::<IpAddr>().map(IpNet::from))
+                .map_err(|_| LayerError::InvalidNetwork { network: n.to_owned() })
+        })
+        .collect()
 }
 
 /// `ip` as a key: IPv4 as is, IPv6 cut to its first `bits` bits.
