@@ -80,11 +80,13 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::Limiter;
+use exempt::Exemptions;
 use route::{fields, Route};
 
 mod client_ip;
 mod cost;
 mod error;
+mod exempt;
 mod extract;
 mod header;
 mod path;
@@ -123,16 +125,16 @@ struct Config<K, X, C, R> {
     missing: Missing<K>,
     headers_on_success: bool,
     ignore_case: bool,
+    exempt: Exemptions<K>,
     refuse: R,
 }
 
 impl<K, X, C, R> Config<K, X, C, R> {
-    /// The route of a request's path: the first whose prefix the normalised path is under,
-    /// else the default; an error for a path without a single normal form.
-    fn route(&self, method: &Method, path: &str) -> Result<&Route<K>, path::Unsafe> {
-        let path = path::normalize(path, self.ignore_case)?;
-        let found = self.routes.iter().find(|r| r.serves(method) && path::under(&path, &r.prefix));
-        Ok(found.unwrap_or(&self.default))
+    /// The route of a request's method and normalised path: the first that serves the
+    /// method and whose prefix the path is under, else the default.
+    fn route(&self, method: &Method, path: &str) -> &Route<K> {
+        let found = self.routes.iter().find(|r| r.serves(method) && path::under(path, &r.prefix));
+        found.unwrap_or(&self.default)
     }
 }
 
@@ -189,6 +191,7 @@ where
                 missing: Missing::Refuse,
                 headers_on_success: true,
                 ignore_case: false,
+                exempt: Exemptions::default(),
                 refuse: DefaultRefusals,
             }),
         })
@@ -225,6 +228,7 @@ where
                 missing: c.missing,
                 headers_on_success: c.headers_on_success,
                 ignore_case: c.ignore_case,
+                exempt: c.exempt,
                 refuse: refuse(c.refuse),
             }),
         }
@@ -494,10 +498,16 @@ where
             let refusal = Refusal::without_decision(kind, route);
             ResponseFuture::answer(config.refuse.respond(&refusal))
         };
-        let route = match config.route(req.method(), req.uri().path()) {
-            Ok(route) => route,
+        let route = match path::normalize(req.uri().path(), config.ignore_case) {
+            Ok(path) if config.exempt.path(&path) => {
+                return ResponseFuture::forward(self.inner.call(req), None)
+            }
+            Ok(path) => config.route(req.method(), &path),
             Err(_) => return refuse(RefusalKind::UnsafePath, &config.default),
         };
+        if config.exempt.peer(|| PeerIp::of(&req)) {
+            return ResponseFuture::forward(self.inner.call(req), None);
+        }
         let cost = config.cost.cost(&req);
         let advert = Cell::new(None);
         // The key is looked up as it lies in the request; the limiter copies it to an owned
@@ -510,6 +520,10 @@ where
                 }
                 (Err(error), _) => return refuse(RefusalKind::of(error), route),
             };
+            if config.exempt.key(&*key) {
+                drop(key);
+                return ResponseFuture::forward(self.inner.call(req), None);
+            }
             route.limiter.check_n_seen(&*key, cost, |policy| advert.set(route.advert(policy)))
         };
         let advert = advert.into_inner();

@@ -708,3 +708,57 @@ async fn client_address_headers_are_believed_from_trusted_peers_only() {
     }
     assert_eq!(admitted, [5, 2], "trusted: five clients; untrusted: the peer's one budget");
 }
+
+/// Exemptions: a health-check path, an internal network (the test client's 127.0.0.1) and
+/// an allow-listed key pass without a check and without `RateLimit` fields, while other
+/// requests are limited as usual.
+#[tokio::test]
+async fn exempt_paths_networks_and_keys_pass_unchecked() {
+    let clock = ManualClock::new();
+    let client = client();
+    let app = || app().route("/healthz", get(|| async { "ok" }));
+
+    let by_path = RateLimitLayer::new("ip", limiter::<IpAddr>(Limit::per_minute(1), &clock), PeerIp)
+        .unwrap()
+        .exempt_paths(["/healthz"])
+        .unwrap();
+    let addr = serve(app().layer(by_path)).await;
+    for _ in 0..3 {
+        let (status, headers) = get_with(&client, addr, "/healthz", &[]).await;
+        assert_eq!((status, header(&headers, "ratelimit")), (StatusCode::OK, None));
+    }
+    // Another spelling of the same path is exempt too (axum itself does not serve it: 404,
+    // uncounted); other paths are limited.
+    for _ in 0..2 {
+        let (status, headers) = get_with(&client, addr, "//healthz", &[]).await;
+        assert_eq!((status, header(&headers, "ratelimit")), (StatusCode::NOT_FOUND, None));
+    }
+    assert_eq!(get_with(&client, addr, "/hello", &[]).await.0, StatusCode::OK);
+    assert_eq!(get_with(&client, addr, "/hello", &[]).await.0, StatusCode::TOO_MANY_REQUESTS);
+
+    let by_network = RateLimitLayer::new("ip", limiter::<IpAddr>(Limit::per_minute(1), &clock), PeerIp)
+        .unwrap()
+        .exempt_networks(["127.0.0.0/8"])
+        .unwrap();
+    let addr = serve(app().layer(by_network)).await;
+    for _ in 0..3 {
+        assert_eq!(get_with(&client, addr, "/hello", &[]).await.0, StatusCode::OK);
+    }
+
+    let by_key = RateLimitLayer::new(
+        "api",
+        limiter::<Vec<u8>>(Limit::per_minute(1), &clock),
+        HeaderKey::new("x-api-key").unwrap(),
+    )
+    .unwrap()
+    .exempt_keys([b"batch-job".to_vec()]);
+    let addr = serve(app().layer(by_key)).await;
+    for _ in 0..3 {
+        assert_eq!(get_with(&client, addr, "/hello", &[("x-api-key", "batch-job")]).await.0, StatusCode::OK);
+    }
+    assert_eq!(get_with(&client, addr, "/hello", &[("x-api-key", "someone")]).await.0, StatusCode::OK);
+    assert_eq!(
+        get_with(&client, addr, "/hello", &[("x-api-key", "someone")]).await.0,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}
