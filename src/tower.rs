@@ -68,14 +68,12 @@
 use std::borrow::{Borrow, Cow};
 use std::cell::Cell;
 use std::fmt;
-use std::future::Future;
 use std::hash::Hash;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use http::header::{HeaderName, HeaderValue};
-use http::{Method, Request, Response, StatusCode};
+use http::header::HeaderName;
+use http::{Method, Request, Response};
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -88,6 +86,7 @@ mod cost;
 mod error;
 mod exempt;
 mod extract;
+mod future;
 mod header;
 mod path;
 mod problem;
@@ -99,6 +98,7 @@ pub use client_ip::{ForwardedFor, OnMalformed};
 pub use cost::{Cost, CostFn, UnitCost};
 pub use error::LayerError;
 pub use extract::{key_fn, IntoKey, KeyError, KeyExtractor, KeyFn, PathKey, PeerIp};
+pub use future::ResponseFuture;
 pub use header::{AuthorizationKey, HeaderKey};
 pub use problem::ProblemJson;
 pub use real_ip::ClientIpHeader;
@@ -124,10 +124,15 @@ struct Config<K, X, C, R> {
     cost: C,
     missing: Missing<K>,
     headers_on_success: bool,
+    legacy_headers: bool,
     ignore_case: bool,
     exempt: Exemptions<K>,
+    on_shadow_denial: Option<ShadowHook<K>>,
     refuse: R,
 }
+
+/// What [`RateLimitLayer::on_shadow_denial`] calls: the route's name, the key, the decision.
+type ShadowHook<K> = Arc<dyn Fn(&str, &K, &crate::Decision) + Send + Sync>;
 
 impl<K, X, C, R> Config<K, X, C, R> {
     /// The route of a request's method and normalised path: the first that serves the
@@ -190,8 +195,10 @@ where
                 cost: UnitCost,
                 missing: Missing::Refuse,
                 headers_on_success: true,
+                legacy_headers: false,
                 ignore_case: false,
                 exempt: Exemptions::default(),
+                on_shadow_denial: None,
                 refuse: DefaultRefusals,
             }),
         })
@@ -227,8 +234,10 @@ where
                 cost: cost(c.cost),
                 missing: c.missing,
                 headers_on_success: c.headers_on_success,
+                legacy_headers: c.legacy_headers,
                 ignore_case: c.ignore_case,
                 exempt: c.exempt,
+                on_shadow_denial: c.on_shadow_denial,
                 refuse: refuse(c.refuse),
             }),
         }
@@ -364,6 +373,44 @@ where
     /// ```
     pub fn headers_on_success(self, on: bool) -> Self {
         self.edit(|c| c.headers_on_success = on)
+    }
+
+    /// Whether responses also carry the legacy fields many client libraries still read:
+    /// `X-RateLimit-Limit` (the deciding limit's `max`), `X-RateLimit-Remaining` and, on a
+    /// refusal, `X-RateLimit-Reset` (seconds until the request would fit, as `Retry-After`;
+    /// a sliding window has no reset instant for an admission). Default: no. They follow
+    /// [`headers_on_success`](Self::headers_on_success) like the `RateLimit` fields.
+    ///
+    /// ```
+    /// use slidegate::tower::{PeerIp, RateLimitLayer};
+    /// use slidegate::{Limit, Limiter};
+    /// let limiter = Limiter::<std::net::IpAddr>::builder().limit(Limit::per_second(10)).max_keys(100_000).build()?;
+    /// let layer = RateLimitLayer::new("api", limiter, PeerIp)?.legacy_headers(true);
+    /// # let _ = layer;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn legacy_headers(self, on: bool) -> Self {
+        self.edit(|c| c.legacy_headers = on)
+    }
+
+    /// Calls `hook` with the route's name, the key and the decision for each request a
+    /// shadow policy would have refused (and let through): a log line or a counter per
+    /// key during a trial, beside the metrics' per-policy counts. Not called for requests
+    /// an enforced policy decides.
+    ///
+    /// ```
+    /// use slidegate::tower::{PeerIp, RateLimitLayer};
+    /// use slidegate::{Limit, Limiter};
+    /// let trial = Limiter::<std::net::IpAddr>::builder().limit(Limit::per_second(5)).shadow(true).max_keys(100_000).build()?;
+    /// let layer = RateLimitLayer::new("trial", trial, PeerIp)?.on_shadow_denial(|route, ip, decision| {
+    ///     eprintln!("{route}: {ip} would be refused (limit {:?})", decision.shadow_denial());
+    /// });
+    /// # let _ = layer;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn on_shadow_denial(self, hook: impl Fn(&str, &K, &crate::Decision) + Send + Sync + 'static) -> Self {
+        let hook: ShadowHook<K> = Arc::new(hook);
+        self.edit(|c| c.on_shadow_denial = Some(hook))
     }
 
     /// Weighs each request with `cost` (e.g. by method, or by a declared size).
@@ -524,74 +571,23 @@ where
                 drop(key);
                 return ResponseFuture::forward(self.inner.call(req), None);
             }
-            route.limiter.check_n_seen(&*key, cost, |policy| advert.set(route.advert(policy)))
+            let decision = route.limiter.check_n_seen(&*key, cost, |policy| advert.set(route.advert(policy)));
+            if let Some(hook) =
+                config.on_shadow_denial.as_ref().filter(|_| decision.shadow_denial().is_some())
+            {
+                hook(&route.name, &(*key).to_owned(), &decision);
+            }
+            decision
         };
         let advert = advert.into_inner();
         let advert = advert.as_ref().and_then(|a| a.as_deref());
         if decision.is_allowed() {
-            let headers = advert.filter(|_| config.headers_on_success).and_then(|a| fields(a, &decision));
+            let headers = advert
+                .filter(|_| config.headers_on_success)
+                .and_then(|a| fields(a, &decision, config.legacy_headers));
             return ResponseFuture::forward(self.inner.call(req), headers);
         }
-        let refusal = Refusal::of(route, decision, advert);
+        let refusal = Refusal::of(route, decision, advert, config.legacy_headers);
         ResponseFuture::answer(config.refuse.respond(&refusal))
-    }
-}
-
-fn status<ResBody: Default>(code: StatusCode) -> Response<ResBody> {
-    let mut response = Response::new(ResBody::default());
-    *response.status_mut() = code;
-    response
-}
-
-pin_project_lite::pin_project! {
-    /// The future of [`RateLimit`]: the inner service's response with the `RateLimit`
-    /// headers added, or the refusal.
-    pub struct ResponseFuture<F, ResBody> {
-        #[pin]
-        inner: Option<F>,
-        headers: Option<(HeaderValue, HeaderValue)>,
-        answer: Option<Response<ResBody>>,
-    }
-}
-
-impl<F, ResBody> ResponseFuture<F, ResBody> {
-    fn forward(inner: F, headers: Option<(HeaderValue, HeaderValue)>) -> Self {
-        ResponseFuture { inner: Some(inner), headers, answer: None }
-    }
-
-    fn answer(response: Response<ResBody>) -> Self {
-        ResponseFuture { inner: None, headers: None, answer: Some(response) }
-    }
-}
-
-impl<F, ResBody, E> Future for ResponseFuture<F, ResBody>
-where
-    F: Future<Output = Result<Response<ResBody>, E>>,
-    ResBody: Default,
-{
-    type Output = Result<Response<ResBody>, E>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.project();
-        match this.inner.as_pin_mut() {
-            Some(inner) => {
-                let mut response = match inner.poll(cx) {
-                    Poll::Ready(Ok(response)) => response,
-                    other => return other,
-                };
-                if let Some((policy, value)) = this.headers.take() {
-                    // Appended: an inner layer's (or the service's own) policies stay, and the
-                    // field lines together form one list, as the draft allows.
-                    response.headers_mut().append(RATELIMIT_POLICY, policy);
-                    response.headers_mut().append(RATELIMIT, value);
-                }
-                Poll::Ready(Ok(response))
-            }
-            // Polled again after completion: an empty 500 rather than a panic.
-            None => Poll::Ready(Ok(this
-                .answer
-                .take()
-                .unwrap_or_else(|| status(StatusCode::INTERNAL_SERVER_ERROR)))),
-        }
     }
 }

@@ -762,3 +762,68 @@ async fn exempt_paths_networks_and_keys_pass_unchecked() {
         StatusCode::TOO_MANY_REQUESTS
     );
 }
+
+/// `legacy_headers(true)`: `X-RateLimit-Limit` and `X-RateLimit-Remaining` on admissions,
+/// and `X-RateLimit-Reset` (seconds, as `Retry-After`) on refusals, beside the draft's
+/// fields; off by default.
+#[tokio::test]
+async fn legacy_rate_limit_headers_are_an_option() {
+    let clock = ManualClock::new();
+    let client = client();
+    let layer = RateLimitLayer::new("api", limiter::<IpAddr>(Limit::per_minute(2), &clock), PeerIp)
+        .unwrap()
+        .legacy_headers(true);
+    let addr = serve(app().layer(layer)).await;
+    let (status, headers) = get_with(&client, addr, "/hello", &[]).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(header(&headers, "x-ratelimit-limit"), Some("2"));
+    assert_eq!(header(&headers, "x-ratelimit-remaining"), Some("1"));
+    assert_eq!(header(&headers, "x-ratelimit-reset"), None);
+    assert_eq!(header(&headers, "ratelimit"), Some("\"api\";r=1"));
+    let _ = get_with(&client, addr, "/hello", &[]).await;
+    let (status, headers) = get_with(&client, addr, "/hello", &[]).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(&headers, "x-ratelimit-remaining"), Some("0"));
+    assert_eq!(header(&headers, "x-ratelimit-reset"), header(&headers, "retry-after"));
+    assert_eq!(header(&headers, "x-ratelimit-reset"), Some("61"));
+
+    let plain = RateLimitLayer::new("api", limiter::<IpAddr>(Limit::per_minute(2), &clock), PeerIp).unwrap();
+    let addr = serve(app().layer(plain)).await;
+    let (_, headers) = get_with(&client, addr, "/hello", &[]).await;
+    assert_eq!(header(&headers, "x-ratelimit-limit"), None);
+}
+
+/// `on_shadow_denial`: the hook sees each request a shadow policy would have refused (the
+/// route, the key, the decision), and nothing else; every request is let through.
+#[tokio::test]
+async fn the_shadow_denial_hook_sees_each_would_be_refusal() {
+    use std::sync::{Arc, Mutex};
+    let clock = ManualClock::new();
+    let client = client();
+    let trial = Limiter::<IpAddr>::builder()
+        .limit(Limit::per_minute(1))
+        .shadow(true)
+        .max_keys(100)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let record = Arc::clone(&seen);
+    let layer =
+        RateLimitLayer::new("trial", trial, PeerIp).unwrap().on_shadow_denial(move |route, ip, decision| {
+            record.lock().unwrap().push((
+                route.to_owned(),
+                *ip,
+                decision.shadow_denial(),
+                decision.is_allowed(),
+            ));
+        });
+    let addr = serve(app().layer(layer)).await;
+    for _ in 0..3 {
+        assert_eq!(get_with(&client, addr, "/hello", &[]).await.0, StatusCode::OK);
+    }
+    let localhost: IpAddr = "127.0.0.1".parse().unwrap();
+    let denial = Some(slidegate::Denial::Limit(0));
+    let expected = vec![("trial".to_owned(), localhost, denial, true); 2];
+    assert_eq!(*seen.lock().unwrap(), expected);
+}

@@ -8,7 +8,7 @@ use http::{HeaderMap, Response, StatusCode};
 
 use super::problem::ProblemJson;
 use super::route::{fields, whole_seconds, Advert, Route};
-use super::{KeyError, RATELIMIT, RATELIMIT_POLICY};
+use super::KeyError;
 use crate::{Decision, Denial};
 
 /// Why the layer answered a request itself.
@@ -248,7 +248,12 @@ impl Refusal {
         Refusal { kind, route: route.name.clone(), decision: None, headers: HeaderMap::new(), detail }
     }
 
-    pub(super) fn of<K>(route: &Route<K>, decision: Decision, advert: Option<&Advert>) -> Refusal {
+    pub(super) fn of<K>(
+        route: &Route<K>,
+        decision: Decision,
+        advert: Option<&Advert>,
+        legacy: bool,
+    ) -> Refusal {
         let (kind, detail) = match decision.denial() {
             Some(Denial::TooManyKeys) => {
                 (RefusalKind::TableFull, "the rate limiter holds as many keys as it may")
@@ -263,9 +268,8 @@ impl Refusal {
             if let Some(wait) = decision.retry_after() {
                 headers.insert(RETRY_AFTER, HeaderValue::from(whole_seconds(wait)));
             }
-            if let Some((policy, value)) = advert.and_then(|a| fields(a, &decision)) {
-                headers.insert(RATELIMIT_POLICY, policy);
-                headers.insert(RATELIMIT, value);
+            if let Some(fields) = advert.and_then(|a| fields(a, &decision, legacy)) {
+                fields.append_to(&mut headers);
             }
         }
         Refusal { kind, route: route.name.clone(), decision: Some(decision), headers, detail }

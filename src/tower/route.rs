@@ -6,10 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
-use http::header::HeaderValue;
+use http::header::{HeaderName, HeaderValue};
+use http::HeaderMap;
 use http::Method;
 
-use super::LayerError;
+use super::{LayerError, RATELIMIT, RATELIMIT_POLICY};
 use crate::layout::Policy as LimiterPolicy;
 use crate::{Decision, Limit, Limiter};
 
@@ -18,6 +19,8 @@ pub(super) struct Advert {
     version: u64,
     policy: Option<HeaderValue>,
     items: Vec<String>,
+    /// Each limit's `max`, for the legacy `X-RateLimit-Limit` field.
+    maxes: Vec<u64>,
 }
 
 /// A cached [`Advert`], loaded without touching its reference count.
@@ -108,7 +111,8 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Route<K> {
             })
             .collect::<Vec<_>>()
             .join(", ");
-        Advert { version: policy.version(), policy: HeaderValue::from_str(&value).ok(), items }
+        let maxes = limits.iter().map(|l| l.max()).collect();
+        Advert { version: policy.version(), policy: HeaderValue::from_str(&value).ok(), items, maxes }
     }
 }
 
@@ -117,20 +121,59 @@ pub(super) fn whole_seconds(d: Duration) -> u64 {
     d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0))
 }
 
-/// `(RateLimit-Policy, RateLimit)` for a decision under the policy version `advert` is of.
-pub(super) fn fields(advert: &Advert, decision: &Decision) -> Option<(HeaderValue, HeaderValue)> {
+/// The fields of a decision: `RateLimit-Policy` and `RateLimit`, and with
+/// [`legacy_headers`](super::RateLimitLayer::legacy_headers) `X-RateLimit-Limit`,
+/// `X-RateLimit-Remaining` and, on a refusal, `X-RateLimit-Reset`.
+pub(super) struct Fields {
+    policy: HeaderValue,
+    value: HeaderValue,
+    legacy: Option<[Option<HeaderValue>; 3]>,
+}
+
+impl Fields {
+    /// Appends the fields to `headers` (an inner layer's lines stay: one list, as the
+    /// draft allows).
+    pub(super) fn append_to(self, headers: &mut HeaderMap) {
+        headers.append(RATELIMIT_POLICY, self.policy);
+        headers.append(RATELIMIT, self.value);
+        for (name, value) in LEGACY.into_iter().zip(self.legacy.into_iter().flatten()) {
+            if let Some(value) = value {
+                headers.append(name, value);
+            }
+        }
+    }
+}
+
+/// The legacy fields' names, in the order [`Fields`] holds them.
+const LEGACY: [HeaderName; 3] = [
+    HeaderName::from_static("x-ratelimit-limit"),
+    HeaderName::from_static("x-ratelimit-remaining"),
+    HeaderName::from_static("x-ratelimit-reset"),
+];
+
+/// The fields for a decision under the policy version `advert` is of.
+pub(super) fn fields(advert: &Advert, decision: &Decision, legacy: bool) -> Option<Fields> {
     let item = advert.items.get(decision.tightest_limit())?;
+    let wait = decision.retry_after().map(whole_seconds);
     // No `format!` machinery: this runs on every request.
     let mut value = Vec::with_capacity(item.len().saturating_add(32));
     value.push(b'"');
     value.extend_from_slice(item.as_bytes());
     value.extend_from_slice(b"\";r=");
     push_decimal(&mut value, decision.remaining());
-    if let Some(wait) = decision.retry_after() {
+    if let Some(wait) = wait {
         value.extend_from_slice(b";t=");
-        push_decimal(&mut value, whole_seconds(wait));
+        push_decimal(&mut value, wait);
     }
-    Some((advert.policy.clone()?, HeaderValue::from_bytes(&value).ok()?))
+    let legacy = legacy.then(|| {
+        let max = advert.maxes.get(decision.tightest_limit()).copied();
+        [
+            max.map(HeaderValue::from),
+            Some(HeaderValue::from(decision.remaining())),
+            wait.map(HeaderValue::from),
+        ]
+    });
+    Some(Fields { policy: advert.policy.clone()?, value: HeaderValue::from_bytes(&value).ok()?, legacy })
 }
 
 #[allow(
