@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use loom::sync::Arc;
 use loom::thread;
-use slidegate::{Denial, Limit, Limiter, ManualClock};
+use slidegate::{Denial, Limit, Limiter, ManualClock, PolicyConfig};
 use slidegate_loom_tests::{model_with_branches as model, Reached};
 
 /// Key 1 took its unit at 0 and is idle from 2 s (a one-slot window of 1 s expires two
@@ -69,4 +69,55 @@ fn an_idle_key_renewed_while_a_new_key_in_its_shard_takes_its_place() {
 fn an_idle_key_renewed_while_a_new_key_in_another_shard_takes_its_place() {
     static REACHED: Reached<bool> = Reached::new();
     idle_key_races_a_new_key(false, &REACHED);
+}
+
+/// The floor: `max_keys(2)`, a strict 1/s limit for key 1 and a policy of 1 per 100 ms for
+/// key 3 (in another shard). Both took a unit at 0: key 3 is idle from 0.2 s, key 1 from
+/// 2 s. Key 1's check S reads the clock at 1.9 s and is delayed; at 2.5 s a check of a new
+/// key in key 1's shard takes key 1's place. If S then finds key 1 gone, it inserts it
+/// again, in key 3's place (idle at S's 1.9 s too): the fresh state must be created at 2.5 s
+/// or later, the time key 1 left, not at S's 1.9 s, so that S's unit, if admitted, counts
+/// where a check after 2.5 s would put it: a peek at 3.5 s (a strict window of [2.5 s,
+/// 3.5 s]) then refuses. Both S's refusal (on the old state, at 1.9 s) and its admission
+/// must be reached.
+#[test]
+fn a_check_delayed_across_its_keys_removal_decides_no_earlier_than_it() {
+    static REACHED: Reached<bool> = Reached::new();
+    model(|| {
+        let clock = ManualClock::new();
+        let probe =
+            Limiter::<u64>::builder().limit(Limit::per_second(1)).clock(clock.clone()).build().unwrap();
+        let shard = probe.shard_of(&1);
+        let other = (2..).find(|k| probe.shard_of(k) == shard).unwrap();
+        let third = (2..).find(|k| probe.shard_of(k) != shard).unwrap();
+        drop(probe);
+        let limiter = Limiter::<u64>::builder()
+            .policy("strict", PolicyConfig::new([Limit::per_second(1).strict()]))
+            .policy("short", PolicyConfig::new([Limit::new(1, Duration::from_millis(100))]))
+            .resolver(move |key: &u64| (*key == third).then_some("short"))
+            .max_keys(2)
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+        assert_eq!(limiter.shard_of(&1), shard, "one hasher for every limiter under loom");
+        assert!(limiter.check(&1).is_allowed());
+        assert!(limiter.check(&third).is_allowed());
+        clock.set(Duration::from_millis(1900));
+        let limiter = Arc::new(limiter);
+        let delayed = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || limiter.check(&1))
+        };
+        // Lets S read its clock (it runs up to its first loom operation).
+        thread::yield_now();
+        clock.set(Duration::from_millis(2500));
+        let _ = limiter.check(&other);
+        let s = delayed.join().unwrap();
+        clock.set(Duration::from_millis(3500));
+        if s.is_allowed() {
+            assert!(!limiter.peek(&1).is_allowed(), "S's unit was counted before key 1 left: {s:?}");
+        }
+        REACHED.record(s.is_allowed(), &[true, false]);
+    });
+    REACHED.assert_all(&[true, false]);
 }

@@ -17,6 +17,12 @@ use crate::metrics::PolicyMetrics;
 use crate::protocol::{KeyState, Outcome, MAX_IDENTITIES};
 use crate::table::{Node, Refused};
 
+/// How many times [`Limiter::check_all`] looks its keys up again after finding one of
+/// their states retired, before it answers that they do not fit. A retirement by a sweep
+/// or a policy change sends a request round once or twice; a table that evicts the
+/// request's own keys to insert its others would send it round for ever.
+const LOOKUP_ROUNDS: usize = 64;
+
 impl<K> Limiter<K>
 where
     K: Hash + Eq + Clone + Send + Sync + 'static,
@@ -73,7 +79,18 @@ where
             return Ok(Identities { decision, key });
         }
         let guard = grace::pin();
+        let mut rounds = 0usize;
         'lookup: loop {
+            rounds = rounds.saturating_add(1);
+            if rounds > LOOKUP_ROUNDS {
+                // The keys keep losing their states to one another: a full table under
+                // `WhenFull::EvictLeastRecent` that cannot hold them all at once (each
+                // insert evicts a key the request just inserted). They do not fit.
+                let policy = shared
+                    .tiers
+                    .current(keys.first().map_or(shared.tiers.default_index(), |k| self.tier_of(*k)));
+                return decided(Decision::too_many_keys(), 0, policy.metrics());
+            }
             let mut states: [Option<KeyState<'_>>; MAX_IDENTITIES] = Default::default();
             for (i, (slot, key)) in states.iter_mut().zip(keys).enumerate() {
                 let hash = shared.table.hash(*key);

@@ -30,8 +30,8 @@
 //! A key retired because it expired at time `T` holds units that count before `T`: a
 //! check whose clock read an earlier time, delayed across the retirement, must not start
 //! the key afresh at its own time, which would forget them. So each shard keeps a *floor*,
-//! the latest time at which it took a node out (swept, replaced or moved), raised under
-//! its mutex before the node leaves; an insert creates its node at the floor or later, and
+//! the latest time at which it took a node out (swept, replaced, moved, or taken out to make
+//! room for a new key: `room.rs`), raised under its mutex before the node leaves; an insert creates its node at the floor or later, and
 //! a check that finds a node decides at the shard's floor or later ([`Table::floor`]). A
 //! check behind the floor then decides at a time that has already passed, where the old
 //! units no longer count.
@@ -204,12 +204,12 @@ impl<K> Slots<K> {
         }
     }
 
-    /// The slots of `hash`'s probe sequence, in order (each slot once).
     /// The index of the `i`-th slot [`probe`](Self::probe) yields for `hash`.
     fn index(&self, hash: u64, i: usize) -> usize {
         ((hash as usize) & self.mask).wrapping_add(i) & self.mask
     }
 
+    /// The slots of `hash`'s probe sequence, in order (each slot once).
     fn probe(&self, hash: u64) -> impl Iterator<Item = &AtomicPtr<Header<K>>> {
         // Truncation is the point: the low bits pick the first slot.
         let start = (hash as usize) & self.mask;
@@ -252,8 +252,8 @@ struct Shard<K> {
     /// From `Box::into_raw`, or null; replaced under the mutex ([`Shard::publish`]).
     slots: AtomicPtr<Slots<K>>,
     writer: Mutex<Counts>,
-    /// The latest time (ns) at which a node left this shard, swept, replaced or moved
-    /// (module docs). Raised under the mutex, read by checks without it.
+    /// The latest time (ns) at which a node left this shard, swept, replaced, moved or taken
+    /// out to make room (module docs). Raised under the mutex, read by checks without it.
     floor: AtomicU64,
     /// The hash of the key the mutex's holder is inserting (0 once it is done): a check
     /// that finds the table full and the mutex busy waits for the mutex only if it is

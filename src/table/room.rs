@@ -7,9 +7,11 @@
 //! refuse the new key, or evict the least recently used key of the sample looked at.
 //!
 //! The search is bounded, because under a key spray it runs for nearly every request:
-//! - one search looks at [`LOOK`] keys at most (an eviction at [`SAMPLE`]); each shard
-//!   keeps a *hand*, the slot where its last search stopped, so successive searches go
-//!   round the whole shard;
+//! - one search looks at [`LOOK`] keys at most (an eviction at [`SAMPLE`]) and steps over
+//!   [`SLOTS`] slots at most, in at most two shards' worth of keys; in each shard a
+//!   quarter of them from its *hand*, the slot where its last search there stopped (so
+//!   successive searches go round the whole shard), the rest in a window at a place the
+//!   new key's hash picks;
 //! - each shard has a *hint*, a time before which none of its keys can be idle,
 //!   learned from the keys its hand passed over a whole lap and lowered by every insert
 //!   (`u64::MAX` while it holds none). A shard whose keys are all live is skipped for one
@@ -31,13 +33,16 @@ use std::ptr::NonNull;
 use crate::grace::Guard;
 use crate::sync::{AtomicU64, Ordering};
 
+use super::memory::SendPtr;
 use super::writers::Change;
 use super::{tombstone, untagged, Counts, Node, Shard, Table, SHARDS};
 
-/// Keys one search for an idle key looks at, in the new key's shard and others.
+/// Keys one search for an idle key looks at, half in the new key's shard, half in others.
 const LOOK: usize = 32;
 /// Keys [`WhenFull::EvictLeastRecent`] chooses the least recently used of.
 const SAMPLE: usize = 8;
+/// Slots one search steps over (empty ones and tombstones included), in all shards.
+const SLOTS: usize = 8 * LOOK;
 
 /// What a limiter at [`max_keys`](crate::LimiterBuilder::max_keys) does with a new key
 /// when no held key is idle (set with
@@ -88,12 +93,20 @@ pub(crate) enum Freed {
     Evicted,
 }
 
+/// What one search for room may still look at: keys (nodes read) and slots (stepped over,
+/// empty ones and tombstones included).
+struct Budget {
+    keys: usize,
+    slots: usize,
+}
+
 impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
     /// Makes room for a new key whose shard is `own` (its mutex held: `counts`), at time
-    /// `now`: takes out an idle key of `own` or of other shards (looking at [`LOOK`] keys at
-    /// most), or, with [`WhenFull::EvictLeastRecent`], a key of `own` (or of the first other
-    /// shard that holds one): an idle one of [`SAMPLE`] if any, else the least recently
-    /// used of them. `None` when nothing was taken out.
+    /// `now`: takes out an idle key of `own` or of other shards ([`LOOK`] keys at most, half
+    /// of them in `own`), or, with [`WhenFull::EvictLeastRecent`], a key of `own` (or of the
+    /// first other shard that holds one): an idle one of [`SAMPLE`] if any, else the least
+    /// recently used of them. The place is the new key's: the table's count of keys is not
+    /// lowered, so no other insert can take it first. `None` when nothing was taken out.
     pub(super) fn make_room(
         &self,
         own: &Shard<K>,
@@ -103,16 +116,17 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
         guard: &Guard,
     ) -> Option<Freed> {
         let evict = self.when_full == WhenFull::EvictLeastRecent;
-        let fresh_budget = || if evict { SAMPLE } else { LOOK };
-        let mut budget = fresh_budget();
-        if let Some(freed) = self.search(own, counts, now, guard, evict, &mut budget) {
+        let per_shard = if evict { SAMPLE } else { LOOK / 2 };
+        let mut budget = Budget { keys: if evict { SAMPLE } else { LOOK }, slots: SLOTS };
+        // Bits of the new key's hash that neither the shard nor the slot use: where the
+        // searches' windows start, and which shard they go on to, without a shared counter.
+        let seed = hash >> 16;
+        if let Some(freed) = self.search(own, counts, (now, seed), guard, evict, &mut budget, per_shard) {
             return Some(freed);
         }
-        // From a shard the new key's hash picks (bits the shard and the slot do not use),
-        // so that searches spread over the shards without a shared counter.
         let first = (hash >> 32) as usize;
         for i in 0..SHARDS {
-            if budget == 0 {
+            if budget.keys == 0 || budget.slots == 0 {
                 break;
             }
             let at = first.wrapping_add(i) % SHARDS;
@@ -125,12 +139,15 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
             let Ok(mut other) = shard.writer.try_lock() else { continue };
             if evict {
                 // The new key's shard held no key: a sample of the first that does.
-                budget = fresh_budget();
+                budget.keys = SAMPLE;
             }
-            if let Some(freed) = self.search(shard, &mut other, now, guard, evict, &mut budget) {
+            let before = budget.keys;
+            if let Some(freed) =
+                self.search(shard, &mut other, (now, seed), guard, evict, &mut budget, per_shard)
+            {
                 return Some(freed);
             }
-            if evict && budget < SAMPLE {
+            if evict && budget.keys < before {
                 // It held keys and none could go (all retired meanwhile): give up.
                 break;
             }
@@ -152,88 +169,173 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
             || self.hints.iter().any(|hint| hint.load(Ordering::Relaxed) <= now)
     }
 
-    /// Under `shard`'s mutex: looks at up to `budget` nodes from the shard's hand (counting
-    /// them off) and takes out the first idle one; with `evict`, if none is idle, the least
-    /// recently used of them.
+    /// Under `shard`'s mutex, at time `now`: looks at up to `quota` of the budget's keys, a
+    /// quarter from the shard's hand (which keeps the shard's hint: module docs) and the
+    /// rest one by one at random places (the first key at or after a random slot), and
+    /// takes out the first idle one of those samples, else the first the hand passed; with
+    /// `evict`, if none is idle, the least recently used of them. The random samples do the
+    /// taking, so idle keys are taken evenly over the shard, and `s` samples in a shard
+    /// where a fraction `f` of the keys is idle find none with odds about `(1 − f)^s`.
+    /// Windows of neighbouring keys would not: a harvested stretch is refilled by new keys,
+    /// all live, so liveness clusters; nor would a hand that took what it passed, leaving a
+    /// run of live keys behind it. The hand is there for the lap's bound, and takes only
+    /// what no sample finds (a key the lap passes is found even when few are idle).
+    #[allow(clippy::too_many_arguments, reason = "one search's inputs; a struct would only rename them")]
     fn search(
         &self,
         shard: &Shard<K>,
         counts: &mut Counts,
-        now: u64,
+        (now, seed): (u64, u64),
         guard: &Guard,
         evict: bool,
-        budget: &mut usize,
+        budget: &mut Budget,
+        quota: usize,
     ) -> Option<Freed> {
         // Relaxed: under the mutex, which orders every writer of the hint and the array.
         let hint = self.hint(shard);
         if !evict && hint.load(Ordering::Relaxed) > now {
             return None;
         }
-        let slots = shard.array(Ordering::Relaxed, guard)?;
+        let Some(slots) = shard.array(Ordering::Relaxed, guard) else {
+            // No array: no key (a sweep emptied the shard, or none came yet).
+            hint.store(u64::MAX, Ordering::Relaxed);
+            return None;
+        };
         let len = slots.slots.len();
-        let mut hand = counts.hand;
-        let mut steps = 0usize;
         let mut oldest: Option<(usize, u64)> = None;
-        while *budget > 0 && steps < len {
+        // The first idle key the hand passes: taken if no sample finds one, and counted in
+        // the lap's bound only if it stays.
+        let mut hand_idle: Option<(usize, u64)> = None;
+        // No more looks than the shard has keys: a sample would find one it has seen.
+        let mut quota = quota.min(budget.keys).min(counts.live);
+        // The hand's half: it moves on, and keeps the lap's bound.
+        let mut hand = counts.hand;
+        let mut walked = 0usize;
+        // A shard of no more keys than the quota: the hand looks at them all.
+        let mut hand_quota = if quota >= counts.live { quota } else { quota.div_ceil(4) };
+        while hand_quota > 0 && walked < len && budget.slots > 0 {
             if hand >= len {
                 // The last slot was passed: a lap. Every node now in the shard was passed in
                 // it or inserted behind the hand during it, and `lap_min` is the earliest
-                // any of them can be idle.
+                // any of them can be idle (the idle key held back, too: it may stay).
+                if let Some((_, idle_at)) = hand_idle {
+                    counts.lap_min = counts.lap_min.min(idle_at);
+                }
                 hint.store(counts.lap_min, Ordering::Relaxed);
                 counts.lap_min = u64::MAX;
                 hand = 0;
             }
             let at = hand;
-            steps = steps.saturating_add(1);
             hand = hand.saturating_add(1);
-            let Some(slot) = slots.slots.get(at) else { break };
-            // Relaxed: under the mutex, which orders every writer of the slots.
-            let found = slot.load(Ordering::Relaxed);
-            let Some(ptr) = NonNull::new(untagged(found).0).filter(|_| found != tombstone()) else {
+            walked = walked.saturating_add(1);
+            budget.slots = budget.slots.saturating_sub(1);
+            let Some(node) = Self::node_at(slots, at) else { continue };
+            (hand_quota, quota) = (hand_quota.saturating_sub(1), quota.saturating_sub(1));
+            budget.keys = budget.keys.saturating_sub(1);
+            let (state, policy) = (node.state(), node.policy());
+            let touched = state.touched();
+            if state.is_retired() {
                 continue;
-            };
-            *budget = budget.saturating_sub(1);
-            let node = Node { ptr, _guard: PhantomData };
+            }
+            let idle_at = touched.saturating_add(policy.expiry);
+            if idle_at <= now && hand_idle.is_none() {
+                // Taken only if no sample finds one: a hand that took every idle key it
+                // passed would leave a run of live keys behind it, where samples then
+                // land in vain.
+                hand_idle = Some((at, idle_at));
+            } else {
+                counts.lap_min = counts.lap_min.min(idle_at);
+            }
+            if oldest.map_or(true, |(_, least)| touched < least) {
+                oldest = Some((at, touched));
+            }
+        }
+        counts.hand = hand;
+        // The samples: each the first key at or after a random slot (xorshift64, seeded by
+        // the new key's hash; odd, so never 0). No bound is kept from them: they are no lap.
+        let mut random = seed | 1;
+        while quota > 0 && budget.slots > 0 {
+            random ^= random << 13;
+            random ^= random >> 7;
+            random ^= random << 17;
+            let start = (random as usize).checked_rem(len).unwrap_or(0);
+            let mut found = None;
+            for step in 0..len {
+                if budget.slots == 0 {
+                    break;
+                }
+                budget.slots = budget.slots.saturating_sub(1);
+                let at = start.wrapping_add(step).checked_rem(len).unwrap_or(0);
+                if let Some(node) = Self::node_at(slots, at) {
+                    found = Some((at, node));
+                    break;
+                }
+            }
+            let Some((at, node)) = found else { break };
+            quota = quota.saturating_sub(1);
+            budget.keys = budget.keys.saturating_sub(1);
             let (state, policy) = (node.state(), node.policy());
             let touched = state.touched();
             if state.is_retired() {
                 continue;
             }
             if state.retire(policy, now) {
-                counts.hand = hand;
-                self.take_out(shard, counts, slot, node, now, guard);
+                if let Some((_, idle_at)) = hand_idle {
+                    counts.lap_min = counts.lap_min.min(idle_at);
+                }
+                self.take_out(shard, counts, at, node, now, guard);
                 return Some(Freed::Idle);
             }
-            counts.lap_min = counts.lap_min.min(touched.saturating_add(policy.expiry));
             if oldest.map_or(true, |(_, least)| touched < least) {
                 oldest = Some((at, touched));
             }
         }
-        counts.hand = hand;
+        if let Some((at, idle_at)) = hand_idle {
+            match Self::node_at(slots, at) {
+                Some(node) if node.state().retire(node.policy(), now) => {
+                    self.take_out(shard, counts, at, node, now, guard);
+                    return Some(Freed::Idle);
+                }
+                _ => counts.lap_min = counts.lap_min.min(idle_at),
+            }
+        }
         let (at, _) = oldest.filter(|_| evict)?;
-        let slot = slots.slots.get(at)?;
-        // Relaxed: under the mutex; the node looked at above is still there.
-        let ptr = NonNull::new(untagged(slot.load(Ordering::Relaxed)).0)?;
-        let node = Node { ptr, _guard: PhantomData };
+        // Under the mutex: the node looked at above is still there.
+        let node = Self::node_at(slots, at)?;
         node.state().retire_now(node.policy());
-        self.take_out(shard, counts, slot, node, now, guard);
+        self.take_out(shard, counts, at, node, now, guard);
         Some(Freed::Evicted)
     }
 
-    /// Removes a node whose state was just retired, as a sweep does: the floor first.
+    /// The node in slot `at`, if one is there (read under the shard's mutex).
+    fn node_at<'g>(slots: &'g super::Slots<K>, at: usize) -> Option<Node<'g, K>> {
+        // Relaxed: under the mutex, which orders every writer of the slots.
+        let found = slots.slots.get(at)?.load(Ordering::Relaxed);
+        let ptr = NonNull::new(untagged(found).0).filter(|_| found != tombstone())?;
+        Some(Node { ptr, _guard: PhantomData })
+    }
+
+    /// Takes out the node in slot `at`, whose state was just retired, as a sweep does (the
+    /// floor first, then the tombstone) but leaving the table's count of keys as it is: the
+    /// place goes to the insert that made room.
     fn take_out(
         &self,
         shard: &Shard<K>,
         counts: &mut Counts,
-        slot: &crate::sync::AtomicPtr<super::Header<K>>,
+        at: usize,
         node: Node<'_, K>,
         now: u64,
         guard: &Guard,
     ) {
-        let change = Change::Remove;
-        Self::raise_floor(shard, &change, now);
-        let dead = self.apply(shard, slot, node, change, counts, guard);
-        Self::retire_nodes(dead.into_iter().collect(), guard);
+        Self::raise_floor(shard, &Change::Remove, now);
+        if let Some(slots) = shard.array(Ordering::Relaxed, guard) {
+            if let Some(slot) = slots.slots.get(at) {
+                // Relaxed: readers that load the tombstone simply probe on.
+                slot.store(tombstone(), Ordering::Relaxed);
+                counts.live = counts.live.saturating_sub(1);
+            }
+        }
+        Self::retire_nodes(vec![SendPtr(node.ptr.as_ptr())], guard);
     }
 }
 
@@ -254,12 +356,15 @@ impl Counts {
         }
     }
 
-    /// A node replaced or repointed (its expiry may be earlier now): nothing is known
-    /// until a lap that starts after this ends.
-    pub(super) fn unknown(&mut self, hint: &AtomicU64) {
-        self.lap_min = 0;
-        // Relaxed: under the mutex.
-        hint.store(0, Ordering::Relaxed);
+    /// A node replaced or repointed in place, now idle from `idle` on (its expiry may be
+    /// earlier than before). Its slot may be behind the hand or ahead of it: counted in the
+    /// lap's bound either way.
+    pub(super) fn changed(&mut self, hint: &AtomicU64, idle: u64) {
+        self.lap_min = self.lap_min.min(idle);
+        // Relaxed: under the mutex, which orders every writer.
+        if idle < hint.load(Ordering::Relaxed) {
+            hint.store(idle, Ordering::Relaxed);
+        }
     }
 
     /// The array was rebuilt: nodes moved across the hand, so a lap starts again from the

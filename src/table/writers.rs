@@ -9,15 +9,26 @@ use std::ptr::NonNull;
 use std::sync::{Arc, TryLockError};
 
 use crate::grace::{self, Guard};
-use crate::layout::{fill_initial, initial_words, Policy};
+use crate::layout::{fill_initial, initial_words, Policy, TOUCHED};
 use crate::protocol::OwnedState;
 use crate::sync::{AtomicPtr, AtomicUsize, Ordering};
 
 #[cfg(not(slidegate_loom))]
 use super::memory::prefetch_node;
 use super::memory::{free_node, new_node, SendPtr};
-use super::room::Freed;
+use super::room::{Freed, WhenFull};
 use super::{tag, tagged, tombstone, untagged, Counts, Header, Node, Refused, Shard, Table, SMALLEST};
+
+/// Runs a function when dropped (after the guards declared before it).
+struct OnDrop<F: FnOnce()>(Option<F>);
+
+impl<F: FnOnce()> Drop for OnDrop<F> {
+    fn drop(&mut self) {
+        if let Some(f) = self.0.take() {
+            f();
+        }
+    }
+}
 
 /// Room reserved in a table's count of keys, given back if dropped (by a panic in the
 /// caller's code between the reservation and the insert).
@@ -52,11 +63,14 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
         let shard = self.shard(hash);
         // Acquire: pairs with the Release reservation below, of the insert that filled the
         // table (see `TryLockError::WouldBlock`).
-        let mut counts = if self.live.load(Ordering::Acquire) >= self.max_keys {
+        let full = self.live.load(Ordering::Acquire) >= self.max_keys;
+        let mut counts = if full && self.when_full == WhenFull::Refuse {
             // A full table refuses a new key without waiting for the shard's mutex: under a key
             // spray that is nearly every request, and the legitimate keys' inserts into the
             // same shard must not queue behind it. A free mutex is still taken, so a key that
-            // another thread inserted meanwhile is found rather than refused.
+            // another thread inserted meanwhile is found rather than refused. (Under
+            // `EvictLeastRecent` every new key gets in, so it waits for the mutex as an
+            // insert into a table with room does.)
             match shard.writer.try_lock() {
                 Ok(counts) => counts,
                 Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
@@ -98,13 +112,16 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
             })
         };
         let mut reserved = reserve();
+        let mut freed = None;
         if reserved.is_err() {
-            // Full: an idle key gives its place, or `WhenFull` says (`room.rs`); the room
-            // made may go to another insert first, and then this one is refused.
+            // Full: an idle key gives its place, or `WhenFull` says (`room.rs`). The place
+            // is this insert's (the count was left as it was), so nothing else can take it.
+            // The RMW still publishes the hint above, as a reservation does (Release: the
+            // same pairing), to a check that reads the count it leaves.
             let at = now.max(shard.floor.load(Ordering::Relaxed));
-            if let Some(freed) = self.make_room(shard, &mut counts, at, hash, guard) {
-                on_freed(freed);
-                reserved = reserve();
+            freed = self.make_room(shard, &mut counts, at, hash, guard);
+            if freed.is_some() {
+                reserved = Ok(self.live.fetch_add(0, Ordering::Release));
             }
         }
         if reserved.is_err() {
@@ -112,6 +129,8 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
             shard.inserting.store(0, Ordering::Release);
             return Err(Refused::Full);
         }
+        // The caller's code (metrics) runs once the mutex is given back.
+        let told = OnDrop(freed.map(|freed| move || on_freed(freed)));
         // Relaxed: under the mutex, which orders every writer of the floor.
         let now = now.max(shard.floor.load(Ordering::Relaxed));
         // The caller's code runs next (`to_owned`, `Hash` and `Eq` in `policy_of`): if it
@@ -158,6 +177,8 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
         if was_empty {
             counts.used = counts.used.saturating_add(1);
         }
+        drop(counts);
+        drop(told);
         // SAFETY: just stored; `new_node` never returns null.
         let ptr = NonNull::new(node).unwrap_or_else(|| std::process::abort());
         Ok(Node { ptr, _guard: PhantomData })
@@ -226,7 +247,8 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
         match change {
             Change::Keep => None,
             Change::Repoint(newer) => {
-                counts.unknown(self.hint(shard));
+                // The same counts under another expiry.
+                counts.changed(self.hint(shard), node.state().touched().saturating_add(newer.expiry));
                 let newer = Arc::into_raw(newer).cast_mut();
                 // Release pairs with the Acquire load in `Node::policy`: the new version is
                 // initialised for whoever loads it.
@@ -244,8 +266,9 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
                 None
             }
             Change::Replace(state, _) => {
-                counts.unknown(self.hint(shard));
                 let (policy, words) = state.into_parts();
+                let touched = words.get(TOUCHED).copied().unwrap_or(0);
+                counts.changed(self.hint(shard), touched.saturating_add(policy.expiry));
                 let fresh = new_node(node.key().clone(), policy, &words);
                 // The same key: the same tag. Release: as in `insert`.
                 let (_, tag) = untagged(slot.load(Ordering::Relaxed));
@@ -328,6 +351,9 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
             // An empty shard gives its array back too (the table then holds nothing but its
             // shards, as when new).
             counts.used = 0;
+            counts.moved();
+            // No key: none idle before the end of time (`room.rs`).
+            self.hint(shard).store(u64::MAX, Ordering::Relaxed);
             shard.publish(None, &guard);
         } else if len > SMALLEST && counts.live.saturating_mul(8) <= len {
             let wanted = counts.live.saturating_mul(2).max(SMALLEST).next_power_of_two();

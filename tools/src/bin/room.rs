@@ -6,11 +6,16 @@
 //!
 //! 1. **Idle table.** `max_keys` keys are checked once, then the clock moves 3 s (all idle).
 //!    A spray of 10 × `max_keys` new keys arrives at `max_keys / 4` per second (40 s), with
-//!    100 new legitimate clients per tick. At most 2 s of spray, half the table, is live at
-//!    any time, so every new client must be admitted in every second: the bound. The table
-//!    must never hold more than `max_keys`, and the heap's peak must stay within 10 % of the
-//!    heap with the table full at the start (a shard's array rebuilt beside the old one,
-//!    nodes waiting for their grace period).
+//!    100 new legitimate clients per tick. At most 2 s of spray and clients, 52 % of the
+//!    table, is live at any time, so new clients must get in throughout. The bound, argued
+//!    from the search (`src/table/room.rs`): a new key looks at 24 keys sampled at random
+//!    in two shards (and 8 at their hands), and in a shard of about `max_keys / 64` keys the idle
+//!    share stays above 0.44 (0.48 on average, less three standard deviations of a
+//!    shard's share), so a search finds none with odds below `0.56^24` ≈ 1e-6: over 40,000
+//!    clients 0.04 refusals are expected, and more than 3 has odds below 1e-7. So at most 3
+//!    clients may be refused. The table must never hold more than `max_keys`, and the
+//!    heap's peak must stay within 10 % of the heap with the table full at the start (a
+//!    shard's array rebuilt beside the old one, nodes waiting for their grace period).
 //! 2. **Live table, `WhenFull::Refuse`.** `max_keys` keys, each checked once a second
 //!    (staggered over the ticks, so all stay live), while 10 × `max_keys` new keys arrive over
 //!    10 s. Bounds: every new key refused `TooManyKeys`, and every held key's decision the
@@ -41,6 +46,8 @@ const SPRAY: u64 = 1 << 40;
 const CLIENTS: u64 = 1 << 41;
 /// The idle-table spray's heap may peak this much above the full table's heap.
 const HEAP_SLACK: f64 = 0.10;
+/// New clients the idle-table spray may refuse (module docs: the search's odds).
+const REFUSED_CLIENTS: u64 = 3;
 
 /// a full table and new clients: sprays of new keys against idle and live tables, with no
 /// sweep; exits non-zero if a bound breaks
@@ -131,7 +138,8 @@ fn idle_table(max: u64) -> bool {
     }
     let peak = peak_heap() as u64;
     let grew = peak as f64 / full_heap as f64 - 1.0;
-    let (all_in, bounded, small) = (clients_in == clients, most as u64 <= max, grew <= HEAP_SLACK);
+    let refused = clients - clients_in;
+    let (all_in, bounded, small) = (refused <= REFUSED_CLIENTS, most as u64 <= max, grew <= HEAP_SLACK);
     println!("### 1. A table full of idle keys\n");
     println!(
         "{} keys checked once, then 3 s later (all idle) {} new keys over {seconds} s ({} a second) and {} new \
@@ -143,7 +151,7 @@ fn idle_table(max: u64) -> bool {
     );
     println!("| | figure | bound |\n|---|---:|---|");
     println!(
-        "| new clients admitted | {} of {} ({:.1} % in the worst second) | all: {} |",
+        "| new clients admitted | {} of {} ({:.2} % in the worst second) | at most {REFUSED_CLIENTS} refused: {} |",
         n(clients_in),
         n(clients),
         worst_second,
