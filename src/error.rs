@@ -112,6 +112,24 @@ pub enum ConfigError {
     ZeroMaxKeys,
     /// A zero sweep interval would spin the sweeper.
     ZeroSweepInterval,
+    /// A [`burst`](Limit::burst) of 0 units would refuse everything.
+    ZeroBurst {
+        /// The offending limit.
+        limit: Limit,
+    },
+    /// A [`burst`](Limit::burst) larger than the counters hold.
+    BurstTooLarge {
+        /// The offending limit.
+        limit: Limit,
+        /// The largest burst allowed.
+        most: u64,
+    },
+    /// A [`burst`](Limit::burst) under an algorithm other than
+    /// [`Gcra`](crate::Algorithm::Gcra), which has no bucket to size.
+    BurstNeedsGcra {
+        /// The offending limit.
+        limit: Limit,
+    },
     /// A clock tick shorter than the ticker can keep: it would spin the ticker thread for
     /// no finer decisions.
     ClockTickTooShort {
@@ -218,6 +236,14 @@ impl fmt::Display for ConfigError {
             }
             ConfigError::ZeroMaxKeys => f.write_str("max_keys is 0, so every key would be refused"),
             ConfigError::ZeroSweepInterval => f.write_str("the sweep interval is zero"),
+            ConfigError::ZeroBurst { limit } => write!(f, "limit {limit}: a burst of 0 units would refuse everything"),
+            ConfigError::BurstTooLarge { limit, most } => {
+                write!(f, "limit {limit}: the burst is larger than {most}, the most a counter holds")
+            }
+            ConfigError::BurstNeedsGcra { limit } => write!(
+                f,
+                "limit {limit}: a burst sizes GCRA's bucket; the other algorithms have none (use .algorithm(Algorithm::Gcra))"
+            ),
             ConfigError::ClockTickTooShort { given, least } => {
                 write!(
                     f,

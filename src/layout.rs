@@ -167,9 +167,12 @@ impl Policy {
             let pairs = true;
             let pair = pairs && algorithm == Algorithm::SlidingWindow && slots == 1 && entry_bits <= 16;
             let entry_bits = if pair { 16 } else { entry_bits };
+            // GCRA's bucket: `max` units, or the limit's burst; the rate stays `max` per
+            // window (`interval`).
+            let bucket = limit.get_burst().unwrap_or(limit.max());
             let mut rule = Rule {
                 limit: *limit,
-                max: limit.max(),
+                max: bucket,
                 precision,
                 slots,
                 ring: slots + 1,
@@ -189,7 +192,7 @@ impl Policy {
                 by_ring,
                 window,
                 interval,
-                burst: interval.saturating_mul(limit.max()),
+                burst: interval.saturating_mul(bucket),
             };
             rule.set_ring_word(RingWord::Wide);
             at += algorithm.words(&rule);

@@ -121,6 +121,8 @@ pub struct Limit {
     window: Duration,
     precision: Duration,
     accuracy: Accuracy,
+    /// GCRA only: the bucket's size in units, when not `max`.
+    burst: Option<u64>,
 }
 
 impl Limit {
@@ -136,7 +138,13 @@ impl Limit {
     /// assert_eq!(l.get_precision(), Duration::from_secs(15));
     /// ```
     pub fn new(max: u64, window: Duration) -> Limit {
-        Limit { max, window, precision: default_precision(window), accuracy: Accuracy::Interpolated }
+        Limit {
+            max,
+            window,
+            precision: default_precision(window),
+            accuracy: Accuracy::Interpolated,
+            burst: None,
+        }
     }
 
     /// At most `max` units per second (one 1-second slot).
@@ -193,6 +201,38 @@ impl Limit {
     pub fn strict(mut self) -> Limit {
         self.accuracy = Accuracy::Strict;
         self
+    }
+
+    /// Under [`Algorithm::Gcra`](crate::Algorithm::Gcra), a bucket of `units` instead of
+    /// `max` (governor's `Quota::allow_burst`): up to `units` at once from a full bucket,
+    /// refilled at the limit's rate, `max` per window. A key idle long enough can take
+    /// `units` in one burst, so a window can see more than `max` when `units` is larger:
+    /// that is what a burst allowance means. String form: `"10/s burst 50"`. Other
+    /// algorithms have no bucket: the builder refuses a burst under them
+    /// ([`ConfigError::BurstNeedsGcra`]).
+    ///
+    /// ```
+    /// use slidegate::{Algorithm, Limit, Limiter};
+    /// let limit = Limit::per_second(10).burst(50);
+    /// assert_eq!(limit, "10/s burst 50".parse()?);
+    /// let limiter = Limiter::<u64>::builder().algorithm(Algorithm::Gcra).limit(limit).build()?;
+    /// assert_eq!(limiter.check_n(&1, 50).remaining(), 0); // a full bucket of 50
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn burst(mut self, units: u64) -> Limit {
+        self.burst = Some(units);
+        self
+    }
+
+    /// The bucket's size under GCRA when set with [`burst`](Self::burst).
+    ///
+    /// ```
+    /// assert_eq!(slidegate::Limit::per_second(10).burst(50).get_burst(), Some(50));
+    /// assert_eq!(slidegate::Limit::per_second(10).get_burst(), None);
+    /// ```
+    pub fn get_burst(&self) -> Option<u64> {
+        self.burst
     }
 
     /// The most units admitted per window.
@@ -286,7 +326,11 @@ impl Limit {
         if self.slots() > MAX_SLOTS {
             return Err(ConfigError::TooManySlots { limit, slots: self.slots(), most: MAX_SLOTS });
         }
-        Ok(())
+        match self.burst {
+            Some(0) => Err(ConfigError::ZeroBurst { limit }),
+            Some(units) if units > MAX_UNITS => Err(ConfigError::BurstTooLarge { limit, most: MAX_UNITS }),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -315,6 +359,9 @@ impl fmt::Display for Limit {
         if self.precision != default_precision(self.window) {
             f.write_str("@")?;
             write_span(f, self.precision)?;
+        }
+        if let Some(units) = self.burst {
+            write!(f, " burst {units}")?;
         }
         if self.accuracy == Accuracy::Strict {
             f.write_str(" strict")?;
@@ -345,7 +392,7 @@ fn write_span(f: &mut fmt::Formatter<'_>, d: Duration) -> fmt::Result {
 impl FromStr for Limit {
     type Err = ConfigError;
 
-    /// Parses `MAX/[N]UNIT[@[N]UNIT][ strict]` and validates the result.
+    /// Parses `MAX/[N]UNIT[@[N]UNIT][ burst N][ strict]` and validates the result.
     ///
     /// ```
     /// use slidegate::{ConfigError, Limit};
@@ -360,6 +407,16 @@ impl FromStr for Limit {
             Some(rest) if rest.ends_with(char::is_whitespace) => (rest.trim_end(), true),
             Some(_) => return Err(fail("write ' strict' after the limit, separated by a space")),
             None => (text, false),
+        };
+        let (text, burst) = match text.rsplit_once(char::is_whitespace) {
+            Some((head, units)) if head.trim_end().ends_with("burst") => {
+                let head = head.trim_end().strip_suffix("burst").unwrap_or(head).trim_end();
+                let units: u64 = units.parse().map_err(|_| {
+                    fail("a burst is a whole number of units, e.g. the 50 in \"10/s burst 50\"")
+                })?;
+                (head, Some(units))
+            }
+            _ => (text, None),
         };
         let (max, rest) =
             text.split_once('/').ok_or_else(|| fail("expected MAX/WINDOW, e.g. \"120/min\""))?;
@@ -378,6 +435,9 @@ impl FromStr for Limit {
         }
         if strict {
             limit = limit.strict();
+        }
+        if let Some(units) = burst {
+            limit = limit.burst(units);
         }
         limit.validate()?;
         Ok(limit)

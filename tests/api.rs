@@ -600,6 +600,31 @@ fn every_bad_configuration_is_a_config_error_that_says_what_is_wrong() {
         |e| *e == ConfigError::ZeroSweepInterval,
         "sweep interval is zero",
     );
+    // A burst sizes GCRA's bucket only, and must be 1 to 2^32 − 1 units.
+    expect(
+        build(&[Limit::per_second(10).burst(50)]),
+        |e| matches!(e, ConfigError::BurstNeedsGcra { .. }),
+        "GCRA's bucket",
+    );
+    let gcra = |limit: Limit| Limiter::<u64>::builder().algorithm(Algorithm::Gcra).limit(limit).build();
+    expect(
+        gcra(Limit::per_second(10).burst(0)),
+        |e| matches!(e, ConfigError::ZeroBurst { .. }),
+        "burst of 0",
+    );
+    expect(
+        gcra(Limit::per_second(10).burst(MAX_UNITS + 1)),
+        |e| matches!(e, ConfigError::BurstTooLarge { most: MAX_UNITS, .. }),
+        "burst is larger",
+    );
+    assert!(gcra(Limit::per_second(10).burst(MAX_UNITS)).is_ok());
+    for text in ["10/s burst 50", "100/min burst 5 strict", "1/h@10min burst 3"] {
+        let limit: Limit = text.parse().unwrap();
+        assert_eq!(limit.to_string(), text);
+        assert_eq!(limit.to_string().parse::<Limit>().unwrap(), limit);
+    }
+    assert!(matches!("10/s burst many".parse::<Limit>(), Err(ConfigError::Parse { .. })));
+    assert!(matches!("10/s burst 0".parse::<Limit>(), Err(ConfigError::ZeroBurst { .. })));
     for tick in [Duration::ZERO, Duration::from_nanos(1), Duration::from_micros(49)] {
         expect(
             Limiter::<u64>::builder().limit(one_s).clock_tick(tick).build(),

@@ -1,7 +1,7 @@
 //! `Algorithm::Gcra` is governor's GCRA: fed the same requests at the same instants (two
 //! manual clocks moved together, random gaps around the emission interval), a slidegate
-//! GCRA limit and a governor limiter with the equivalent `Quota` (burst `max`, one cell per
-//! `window / max`) agree on every decision, and a slidegate refusal's `retry_after` equals
+//! GCRA limit and a governor limiter with the equivalent `Quota` (burst `max`, or the
+//! limit's `burst` as `allow_burst`; one cell per `window / max`) agree on every decision, and a slidegate refusal's `retry_after` equals
 //! governor's `wait_time_from(now)` to the nanosecond. Limits are chosen so `window / max`
 //! is a whole number of nanoseconds (governor rounds the interval down, slidegate up).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -26,6 +26,16 @@ fn gcra_decides_exactly_as_governor() {
         (Limit::per_minute(100), Quota::per_minute(NonZeroU32::new(100).unwrap())),
         (Limit::per_hour(1), Quota::per_hour(NonZeroU32::new(1).unwrap())),
         (Limit::per_second(50), Quota::per_second(NonZeroU32::new(50).unwrap())),
+        // A burst set apart from the rate (`Limit::burst`, governor's `allow_burst`),
+        // larger and smaller than the rate's `max`.
+        (
+            Limit::per_second(10).burst(50),
+            Quota::per_second(NonZeroU32::new(10).unwrap()).allow_burst(NonZeroU32::new(50).unwrap()),
+        ),
+        (
+            Limit::per_minute(100).burst(5),
+            Quota::per_minute(NonZeroU32::new(100).unwrap()).allow_burst(NonZeroU32::new(5).unwrap()),
+        ),
     ] {
         let interval = u64::try_from(quota.replenish_interval().as_nanos()).unwrap();
         for seed in 1..=5u64 {

@@ -100,6 +100,11 @@ impl Algorithm {
             Algorithm::Gcra if limit.window().as_nanos() < u128::from(limit.max()) => {
                 Err(ConfigError::RateTooHigh { limit: *limit })
             }
+            Algorithm::SlidingWindow | Algorithm::FixedWindow | Algorithm::SlidingLog
+                if limit.get_burst().is_some() =>
+            {
+                Err(ConfigError::BurstNeedsGcra { limit: *limit })
+            }
             _ => Ok(()),
         }
     }
