@@ -532,9 +532,9 @@ where
         self.len() == 0
     }
 
-    /// The table shard `key` lives in: for the loom models, which need keys that share a
-    /// shard (to make an insert rebuild the array a check is reading). Not public API.
-    #[cfg(slidegate_loom)]
+    /// The table shard `key` lives in: for the loom models and tests, which need keys that
+    /// share a shard (to make an insert rebuild the array a check is reading, or a shard's
+    /// array sparse). Not public API.
     #[doc(hidden)]
     pub fn shard_of<Q>(&self, key: &Q) -> usize
     where

@@ -237,8 +237,8 @@ struct Counts {
     /// The slot where the next search for room starts: the array's length once the last
     /// slot was passed (that search first ends the lap).
     hand: usize,
-    /// The earliest time any node passed or inserted in the hand's current lap can be
-    /// idle (0: unknown).
+    /// The earliest time any node passed in the hand's current lap, or inserted behind
+    /// the hand during it, can be idle (`room.rs`).
     lap_min: u64,
 }
 
@@ -309,8 +309,8 @@ pub(crate) struct Table<K> {
 }
 
 impl<K> Table<K> {
-    /// The shard `hash` falls in (for the loom models, which need keys that share one).
-    #[cfg(slidegate_loom)]
+    /// The shard `hash` falls in (for the loom models and tests, which need keys that share
+    /// one).
     pub(crate) fn shard_index(hash: u64) -> usize {
         // At most SHARDS - 1.
         (hash >> SHARD_SHIFT) as usize

@@ -7,14 +7,15 @@
 //! refuse the new key, or evict the least recently used key of the sample looked at.
 //!
 //! The search is bounded, because under a key spray it runs for nearly every request:
-//! - one search looks at [`LOOK`] keys at most (an eviction at [`SAMPLE`]) and steps over
-//!   [`SLOTS`] slots at most, in at most two shards' worth of keys; in each shard a
+//! - one search looks at [`LOOK`] keys in the new key's shard and [`LOOK_OTHERS`] in at
+//!   most [`OTHER_SHARDS`] others that hold keys (an eviction at [`SAMPLE`]), stepping over
+//!   [`SLOTS`] slots at most in each; in each shard a
 //!   quarter of them from its *hand*, the slot where its last search there stopped (so
 //!   successive searches go round the whole shard), the rest in a window at a place the
 //!   new key's hash picks;
 //! - each shard has a *hint*, a time before which none of its keys can be idle,
 //!   learned from the keys its hand passed over a whole lap and lowered by every insert
-//!   (`u64::MAX` while it holds none). A shard whose keys are all live is skipped for one
+//!   (`u64::MAX` once it is seen to hold none). A shard whose keys are all live is skipped for one
 //!   atomic load until that time, so a spray against a table of live keys costs a few
 //!   loads per request, not a scan;
 //! - the new key's own shard is searched first (its mutex is held already), then other
@@ -37,12 +38,17 @@ use super::memory::SendPtr;
 use super::writers::Change;
 use super::{tombstone, untagged, Counts, Node, Shard, Table, SHARDS};
 
-/// Keys one search for an idle key looks at, half in the new key's shard, half in others.
-const LOOK: usize = 32;
+/// Keys one search for an idle key looks at in the new key's shard, and in each other shard
+/// it looks into.
+const LOOK: usize = 16;
+/// Keys one search for an idle key looks at in other shards, in all.
+const LOOK_OTHERS: usize = 32;
 /// Keys [`WhenFull::EvictLeastRecent`] chooses the least recently used of.
 const SAMPLE: usize = 8;
-/// Slots one search steps over (empty ones and tombstones included), in all shards.
-const SLOTS: usize = 8 * LOOK;
+/// Slots a search steps over in one shard (empty ones and tombstones included).
+const SLOTS: usize = 16 * LOOK;
+/// Shards holding keys, other than the new key's own, that one search looks into.
+const OTHER_SHARDS: usize = 4;
 
 /// What a limiter at [`max_keys`](crate::LimiterBuilder::max_keys) does with a new key
 /// when no held key is idle (set with
@@ -102,8 +108,8 @@ struct Budget {
 
 impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
     /// Makes room for a new key whose shard is `own` (its mutex held: `counts`), at time
-    /// `now`: takes out an idle key of `own` or of other shards ([`LOOK`] keys at most, half
-    /// of them in `own`), or, with [`WhenFull::EvictLeastRecent`], a key of `own` (or of the
+    /// `now`: takes out an idle key of `own` or of other shards ([`LOOK`] keys in `own`,
+    /// [`LOOK_OTHERS`] in others), or, with [`WhenFull::EvictLeastRecent`], a key of `own` (or of the
     /// first other shard that holds one): an idle one of [`SAMPLE`] if any, else the least
     /// recently used of them. The place is the new key's: the table's count of keys is not
     /// lowered, so no other insert can take it first. `None` when nothing was taken out.
@@ -116,17 +122,22 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
         guard: &Guard,
     ) -> Option<Freed> {
         let evict = self.when_full == WhenFull::EvictLeastRecent;
-        let per_shard = if evict { SAMPLE } else { LOOK / 2 };
-        let mut budget = Budget { keys: if evict { SAMPLE } else { LOOK }, slots: SLOTS };
+        let per_shard = if evict { SAMPLE } else { LOOK };
+        // Each shard searched gets slots of its own, so that a sparse array (few keys in
+        // many slots, as resets and taken-out keys leave until a sweep shrinks it) cannot
+        // use up the search before other shards are tried.
+        let mut budget = Budget { keys: per_shard, slots: SLOTS };
         // Bits of the new key's hash that neither the shard nor the slot use: where the
-        // searches' windows start, and which shard they go on to, without a shared counter.
+        // samples fall, and which shard the search goes on to, without a shared counter.
         let seed = hash >> 16;
         if let Some(freed) = self.search(own, counts, (now, seed), guard, evict, &mut budget, per_shard) {
             return Some(freed);
         }
         let first = (hash >> 32) as usize;
+        let mut tried = 0usize;
+        budget.keys = if evict { SAMPLE } else { LOOK_OTHERS };
         for i in 0..SHARDS {
-            if budget.keys == 0 || budget.slots == 0 {
+            if budget.keys == 0 || tried == OTHER_SHARDS {
                 break;
             }
             let at = first.wrapping_add(i) % SHARDS;
@@ -137,19 +148,22 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
             }
             let Some(shard) = self.shards.get(at) else { continue };
             let Ok(mut other) = shard.writer.try_lock() else { continue };
+            if other.live == 0 {
+                // Emptied by resets or searches since its hint was set: none idle until an
+                // insert (Relaxed: under its mutex).
+                self.hint(shard).store(u64::MAX, Ordering::Relaxed);
+                continue;
+            }
+            tried = tried.saturating_add(1);
+            budget.slots = SLOTS;
             if evict {
                 // The new key's shard held no key: a sample of the first that does.
                 budget.keys = SAMPLE;
             }
-            let before = budget.keys;
             if let Some(freed) =
                 self.search(shard, &mut other, (now, seed), guard, evict, &mut budget, per_shard)
             {
                 return Some(freed);
-            }
-            if evict && budget.keys < before {
-                // It held keys and none could go (all retired meanwhile): give up.
-                break;
             }
         }
         None

@@ -19,7 +19,8 @@ use super::memory::{free_node, new_node, SendPtr};
 use super::room::{Freed, WhenFull};
 use super::{tag, tagged, tombstone, untagged, Counts, Header, Node, Refused, Shard, Table, SMALLEST};
 
-/// Runs a function when dropped (after the guards declared before it).
+/// Runs a function when dropped: declared before a guard, after that guard is dropped
+/// (locals drop in reverse order, on an unwind too).
 struct OnDrop<F: FnOnce()>(Option<F>);
 
 impl<F: FnOnce()> Drop for OnDrop<F> {
@@ -61,6 +62,9 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
         Q: Eq + ToOwned<Owned = K> + ?Sized,
     {
         let shard = self.shard(hash);
+        // The caller's code (metrics) on a key taken out to make room runs once the shard's
+        // mutex is given back, which the guards declared after this one are.
+        let mut told = OnDrop(None);
         // Acquire: pairs with the Release reservation below, of the insert that filled the
         // table (see `TryLockError::WouldBlock`).
         let full = self.live.load(Ordering::Acquire) >= self.max_keys;
@@ -83,9 +87,12 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
                     // is read here; a hint stored later, or the one clearing it, is a
                     // Release store after the holder's slot store, and this Acquire load
                     // makes that slot visible to `get`. If the full count came from before
-                    // that reservation, the table was full without this key: refusing it
-                    // is the answer at that moment. Any other key is refused at once.
-                    if shard.inserting.load(Ordering::Acquire) == hash {
+                    // that reservation, the table was full without this key.
+                    // Then, if a held key may be idle (the shards' hints: `room.rs`), this
+                    // key waits for the mutex and makes room like any other; if none can
+                    // be, the table is full of live keys without this one, and refusing it
+                    // at once is the answer at that moment.
+                    if shard.inserting.load(Ordering::Acquire) == hash || self.may_make_room(now) {
                         shard.lock()
                     } else {
                         return self.get(hash, key, guard).ok_or(Refused::Full);
@@ -121,6 +128,10 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
             let at = now.max(shard.floor.load(Ordering::Relaxed));
             freed = self.make_room(shard, &mut counts, at, hash, guard);
             if freed.is_some() {
+                // A check of this key that finds the mutex busy and reads the count this
+                // RMW leaves (or a later one) sees the hint above, as a reservation's would
+                // show it. One that read the count before waits for the mutex anyway, since
+                // the hints showed an idle key (`may_make_room`) until this insert took it.
                 reserved = Ok(self.live.fetch_add(0, Ordering::Release));
             }
         }
@@ -129,8 +140,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
             shard.inserting.store(0, Ordering::Release);
             return Err(Refused::Full);
         }
-        // The caller's code (metrics) runs once the mutex is given back.
-        let told = OnDrop(freed.map(|freed| move || on_freed(freed)));
+        told.0 = freed.map(|freed| move || on_freed(freed));
         // Relaxed: under the mutex, which orders every writer of the floor.
         let now = now.max(shard.floor.load(Ordering::Relaxed));
         // The caller's code runs next (`to_owned`, `Hash` and `Eq` in `policy_of`): if it
@@ -139,7 +149,6 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
         let owned = key.to_owned();
         let policy = policy_of(&owned);
         let expiry = policy.expiry;
-        std::mem::forget(reservation);
         // Grown (or rebuilt) only now, for a key that is really going in.
         let slots = self.slots_for_insert(shard, &mut counts, guard);
         // Small layouts (one limit of up to ~30 slots) start on the stack: no allocation
@@ -169,6 +178,9 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
         // Release pairs with the readers' Acquire load in `find`: the node's header and
         // counters, written above, are visible to whoever finds the node.
         slot.store(tagged(node, tag(hash)), Ordering::Release);
+        // The key is in: its count stays (a rebuild above hashes keys, the caller's code,
+        // and gives the room back if that panics).
+        std::mem::forget(reservation);
         // Release: a check that reads this (the mutex busy, the table full) then finds the
         // node stored just above.
         shard.inserting.store(0, Ordering::Release);

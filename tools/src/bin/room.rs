@@ -8,12 +8,12 @@
 //!    A spray of 10 × `max_keys` new keys arrives at `max_keys / 4` per second (40 s), with
 //!    100 new legitimate clients per tick. At most 2 s of spray and clients, 52 % of the
 //!    table, is live at any time, so new clients must get in throughout. The bound, argued
-//!    from the search (`src/table/room.rs`): a new key looks at 24 keys sampled at random
-//!    in two shards (and 8 at their hands), and in a shard of about `max_keys / 64` keys the idle
-//!    share stays above 0.44 (0.48 on average, less three standard deviations of a
-//!    shard's share), so a search finds none with odds below `0.56^24` ≈ 1e-6: over 40,000
-//!    clients 0.04 refusals are expected, and more than 3 has odds below 1e-7. So at most 3
-//!    clients may be refused. The table must never hold more than `max_keys`, and the
+//!    from the search (`src/table/room.rs`): a new key looks at 36 keys sampled at random
+//!    in three shards (and 12 at their hands), and in a shard of about `max_keys / 64` keys
+//!    the idle share stays above 0.44 (0.48 on average, less three standard deviations of a
+//!    shard's share), so a search finds none with odds below `0.56^36` ≈ 1e-9: over 40,000
+//!    clients far fewer than one refusal is expected, and more than 3 has odds below
+//!    1e-20. So at most 3 clients may be refused. The table must never hold more than `max_keys`, and the
 //!    heap's peak must stay within 10 % of the heap with the table full at the start (a
 //!    shard's array rebuilt beside the old one, nodes waiting for their grace period).
 //! 2. **Live table, `WhenFull::Refuse`.** `max_keys` keys, each checked once a second
