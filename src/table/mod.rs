@@ -256,8 +256,8 @@ struct Shard<K> {
     /// out to make room (module docs). Raised under the mutex, read by checks without it.
     floor: AtomicU64,
     /// The hash of the key the mutex's holder is inserting (0 once it is done): a check
-    /// that finds the table full and the mutex busy waits for the mutex only if it is
-    /// inserting the same key ([`Table::insert`]).
+    /// that finds the table full and the mutex busy waits for the mutex if it is inserting
+    /// the same key (or if this shard may hold an idle key: [`Table::insert`]).
     inserting: AtomicU64,
     /// Its place in the table's shards, and in [`Table::hints`].
     index: usize,

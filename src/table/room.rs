@@ -9,19 +9,19 @@
 //! The search is bounded, because under a key spray it runs for nearly every request:
 //! - one search looks at [`LOOK`] keys in the new key's shard and [`LOOK_OTHERS`] in at
 //!   most [`OTHER_SHARDS`] others that hold keys (an eviction at [`SAMPLE`]), stepping over
-//!   [`SLOTS`] slots at most in each; in each shard a
-//!   quarter of them from its *hand*, the slot where its last search there stopped (so
-//!   successive searches go round the whole shard), the rest in a window at a place the
-//!   new key's hash picks;
+//!   [`SLOTS`] slots at most in each; in each shard a quarter of them from its *hand*,
+//!   the slot where its last search there stopped (so successive searches go round the
+//!   whole shard), the rest sampled at random places (the new key's hash seeds them);
 //! - each shard has a *hint*, a time before which none of its keys can be idle,
 //!   learned from the keys its hand passed over a whole lap and lowered by every insert
 //!   (`u64::MAX` once it is seen to hold none). A shard whose keys are all live is skipped for one
 //!   atomic load until that time, so a spray against a table of live keys costs a few
 //!   loads per request, not a scan;
 //! - the new key's own shard is searched first (its mutex is held already), then other
-//!   shards whose hint allows an idle key, in turn from one the new key's hash picks, taken with
-//!   `try_lock` (never waiting, so two inserts searching each other's shards cannot
-//!   deadlock) until the search has looked at its keys.
+//!   shards whose hint allows an idle key, in turn from one the new key's hash picks,
+//!   taken with `try_lock` (never waiting, so two inserts searching each other's shards
+//!   cannot deadlock), until [`OTHER_SHARDS`] holding keys were searched or the search has
+//!   looked at its keys.
 //!
 //! The hint is only a hint: a key is only ever taken out by `retire`'s CAS, which re-checks
 //! its expiry, so a hint that is too late only delays a new key, and one that is too early

@@ -69,12 +69,13 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
         // table (see `TryLockError::WouldBlock`).
         let full = self.live.load(Ordering::Acquire) >= self.max_keys;
         let mut counts = if full && self.when_full == WhenFull::Refuse {
-            // A full table refuses a new key without waiting for the shard's mutex: under a key
-            // spray that is nearly every request, and the legitimate keys' inserts into the
-            // same shard must not queue behind it. A free mutex is still taken, so a key that
-            // another thread inserted meanwhile is found rather than refused. (Under
-            // `EvictLeastRecent` every new key gets in, so it waits for the mutex as an
-            // insert into a table with room does.)
+            // A full table does not queue a new key behind a busy shard's mutex unless the
+            // key may get in there: under a key spray that is nearly every request, and the
+            // legitimate keys' inserts into the same shard must not queue behind it. A free
+            // mutex is still taken, so a key that another thread inserted meanwhile is found
+            // rather than refused, and room is looked for. (Under `EvictLeastRecent` every
+            // new key gets in, so it waits for the mutex as an insert into a table with room
+            // does.)
             match shard.writer.try_lock() {
                 Ok(counts) => counts,
                 Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
@@ -88,11 +89,13 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
                     // Release store after the holder's slot store, and this Acquire load
                     // makes that slot visible to `get`. If the full count came from before
                     // that reservation, the table was full without this key.
-                    // Then, if a held key may be idle (the shards' hints: `room.rs`), this
-                    // key waits for the mutex and makes room like any other; if none can
-                    // be, the table is full of live keys without this one, and refusing it
-                    // at once is the answer at that moment.
-                    if shard.inserting.load(Ordering::Acquire) == hash || self.may_make_room(now) {
+                    // Then, if this shard may hold an idle key (its hint: `room.rs`), the
+                    // key waits for the mutex and makes room, as it would have found it
+                    // free; if not, it is refused at once. (Only this shard's hint: some
+                    // hint among all the shards' is nearly always due, stale until its
+                    // shard's next lap, and would queue a spray against live keys.)
+                    let hint = self.hint(shard).load(Ordering::Relaxed);
+                    if shard.inserting.load(Ordering::Acquire) == hash || hint <= now {
                         shard.lock()
                     } else {
                         return self.get(hash, key, guard).ok_or(Refused::Full);
@@ -130,8 +133,9 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
             if freed.is_some() {
                 // A check of this key that finds the mutex busy and reads the count this
                 // RMW leaves (or a later one) sees the hint above, as a reservation's would
-                // show it. One that read the count before waits for the mutex anyway, since
-                // the hints showed an idle key (`may_make_room`) until this insert took it.
+                // show it. One that read the count before may still be refused, if no
+                // idle key was due in this shard at its own, earlier time: an answer for
+                // that time, when this insert had not made room yet.
                 reserved = Ok(self.live.fetch_add(0, Ordering::Release));
             }
         }
