@@ -30,7 +30,7 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use slidegate::{Denial, Limit, Limiter, ManualClock, WhenFull};
+use slidegate::{ConfigError, Denial, Limit, Limiter, ManualClock, WhenFull};
 use slidegate_tools::counting_alloc::{self, live_bytes as heap, peak_bytes as peak_heap, Counting};
 use slidegate_tools::thousands as n;
 
@@ -65,13 +65,17 @@ fn count(value: &str) -> Result<u64, String> {
     value.replace('_', "").parse().map_err(|_| format!("not a number: {value}"))
 }
 
-fn limiter(clock: &ManualClock, max_keys: Option<u64>, when_full: WhenFull) -> Limiter<u64> {
+fn limiter(
+    clock: &ManualClock,
+    max_keys: Option<u64>,
+    when_full: WhenFull,
+) -> Result<Limiter<u64>, ConfigError> {
     let mut builder =
         Limiter::<u64>::builder().limit(Limit::per_second(10)).clock(clock.clone()).when_full(when_full);
     if let Some(max) = max_keys {
         builder = builder.max_keys(max as usize);
     }
-    builder.build().expect("a valid limiter")
+    builder.build()
 }
 
 fn ns_per(took: Duration, checks: u64) -> f64 {
@@ -83,9 +87,19 @@ fn main() -> ExitCode {
     let max = max_keys.unwrap_or(if quick { 100_000 } else { 1_000_000 }).max(1000);
     let quick_flag = if quick { " -- --quick" } else { "" };
     let started = Instant::now();
-    let mut ok = idle_table(max);
-    ok &= live_table(max, WhenFull::Refuse);
-    ok &= live_table(max, WhenFull::EvictLeastRecent);
+    let run = || -> Result<bool, ConfigError> {
+        let mut ok = idle_table(max)?;
+        ok &= live_table(max, WhenFull::Refuse)?;
+        ok &= live_table(max, WhenFull::EvictLeastRecent)?;
+        Ok(ok)
+    };
+    let ok = match run() {
+        Ok(ok) => ok,
+        Err(e) => {
+            eprintln!("room: {e}");
+            return ExitCode::from(2);
+        }
+    };
     println!(
         "\n`cargo run --release -p slidegate-tools --bin room{quick_flag}`: `max_keys({})`, `10/s` per key, \
          `u64` keys, a manual clock in ticks of 100 ms, no sweep, one thread; {:.1} s. {}",
@@ -101,9 +115,9 @@ fn main() -> ExitCode {
 }
 
 /// Scenario 1 (module docs).
-fn idle_table(max: u64) -> bool {
+fn idle_table(max: u64) -> Result<bool, ConfigError> {
     let clock = ManualClock::new();
-    let limiter = limiter(&clock, Some(max), WhenFull::Refuse);
+    let limiter = limiter(&clock, Some(max), WhenFull::Refuse)?;
     for key in 0..max {
         let _ = limiter.check(&key);
     }
@@ -171,14 +185,14 @@ fn idle_table(max: u64) -> bool {
         "| ns per spray check (each takes an idle key's place) | {:.0} ns | — |\n",
         ns_per(spray_time, sprayed)
     );
-    all_in && bounded && small
+    Ok(all_in && bounded && small)
 }
 
 /// Scenarios 2 and 3 (module docs).
-fn live_table(max: u64, when_full: WhenFull) -> bool {
+fn live_table(max: u64, when_full: WhenFull) -> Result<bool, ConfigError> {
     let clock = ManualClock::new();
-    let limiter = limiter(&clock, Some(max), when_full);
-    let twin = limiter_twin(&clock);
+    let twin = limiter(&clock, None, WhenFull::Refuse)?;
+    let limiter = limiter(&clock, Some(max), when_full)?;
     for key in 0..max {
         let _ = (limiter.check(&key), twin.check(&key));
     }
@@ -250,11 +264,7 @@ fn live_table(max: u64, when_full: WhenFull) -> bool {
         ns_per(spray_time, sprayed),
         ns_per(held_time, held_checks)
     );
-    spray_ok && held_ok && bounded
-}
-
-fn limiter_twin(clock: &ManualClock) -> Limiter<u64> {
-    limiter(clock, None, WhenFull::Refuse)
+    Ok(spray_ok && held_ok && bounded)
 }
 
 fn verdict(held: bool) -> &'static str {
