@@ -827,3 +827,32 @@ async fn the_shadow_denial_hook_sees_each_would_be_refusal() {
     let expected = vec![("trial".to_owned(), localhost, denial, true); 2];
     assert_eq!(*seen.lock().unwrap(), expected);
 }
+
+/// `ClientIpHeader` against what a client sends as raw bytes from a trusted peer: a
+/// repeated header, a list, braces, spaces, 10 KB of digits, an empty value. None of them
+/// reaches the upstream or gets a key of its own; a well-formed address with a port is
+/// keyed by its address, so its budget is the plain address's.
+#[tokio::test]
+async fn a_client_address_header_from_a_trusted_peer_fails_closed_on_garbage() {
+    use slidegate::tower::ClientIpHeader;
+    let clock = ManualClock::new();
+    let key = ClientIpHeader::x_real_ip(["127.0.0.0/8"]).unwrap();
+    let layer = RateLimitLayer::new("ip", limiter::<IpAddr>(Limit::per_minute(1), &clock), key).unwrap();
+    let (upstream, reached) = counting_upstream();
+    let addr = serve(upstream.layer(layer)).await;
+    let long = "1".repeat(10_000);
+    for headers in [
+        "x-real-ip: 198.51.100.7\r\nx-real-ip: 198.51.100.8\r\n".to_owned(),
+        "x-real-ip: 198.51.100.7, 203.0.113.9\r\n".to_owned(),
+        "x-real-ip: {198.51.100.7}\r\n".to_owned(),
+        "x-real-ip: 198.51 .100.7\r\n".to_owned(),
+        format!("x-real-ip: {long}\r\n"),
+        "x-real-ip: \r\n".to_owned(),
+    ] {
+        let (status, _) = raw_get(addr, "/hello", &headers).await;
+        assert_eq!(status, 400, "{headers:?}");
+    }
+    assert_eq!(reached.load(std::sync::atomic::Ordering::Relaxed), 0, "nothing failed open");
+    assert_eq!(raw_get(addr, "/hello", "x-real-ip: 198.51.100.7:4711\r\n").await.0, 200);
+    assert_eq!(raw_get(addr, "/hello", "x-real-ip: 198.51.100.7\r\n").await.0, 429);
+}

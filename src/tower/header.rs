@@ -16,7 +16,7 @@ use http::{HeaderValue, Request};
 use super::{KeyError, KeyExtractor, LayerError};
 
 /// The one value of header `name`: `Missing` without one, `Repeated` with several.
-fn single<'r, B>(req: &'r Request<B>, name: &HeaderName) -> Result<&'r HeaderValue, KeyError> {
+pub(super) fn single<'r, B>(req: &'r Request<B>, name: &HeaderName) -> Result<&'r HeaderValue, KeyError> {
     let mut lines = req.headers().get_all(name).iter();
     let value = lines.next().ok_or(KeyError::Missing)?;
     if lines.next().is_some() {
@@ -25,7 +25,7 @@ fn single<'r, B>(req: &'r Request<B>, name: &HeaderName) -> Result<&'r HeaderVal
     Ok(value)
 }
 
-fn header_name(name: &str) -> Result<HeaderName, LayerError> {
+pub(super) fn header_name(name: &str) -> Result<HeaderName, LayerError> {
     HeaderName::from_bytes(name.as_bytes())
         .map_err(|_| LayerError::InvalidHeaderName { name: name.to_owned() })
 }

@@ -9,6 +9,7 @@ use http::Request;
 use ipnet::IpNet;
 
 use super::client_ip::{masked, networks_of, node};
+use super::header::{header_name, single};
 use super::{KeyError, KeyExtractor, LayerError, PeerIp};
 
 /// The client's address from a header that a proxy or CDN in front of the server sets to
@@ -59,9 +60,7 @@ impl ClientIpHeader {
         name: &str,
         trusted: impl IntoIterator<Item = S>,
     ) -> Result<ClientIpHeader, LayerError> {
-        let name = HeaderName::from_bytes(name.as_bytes())
-            .map_err(|_| LayerError::InvalidHeaderName { name: name.to_owned() })?;
-        Ok(ClientIpHeader { name, trusted: networks_of(trusted)?, ipv6_prefix: 64 })
+        Ok(ClientIpHeader { name: header_name(name)?, trusted: networks_of(trusted)?, ipv6_prefix: 64 })
     }
 
     /// `X-Real-IP`, as nginx's `proxy_set_header X-Real-IP $remote_addr` sets it.
@@ -137,12 +136,7 @@ impl<B> KeyExtractor<B> for ClientIpHeader {
     fn extract<'r>(&self, req: &'r Request<B>) -> Result<Cow<'r, IpAddr>, KeyError> {
         let peer = PeerIp::of(req).ok_or(KeyError::Missing)?;
         let client = if self.trusted.iter().any(|net| net.contains(&peer)) {
-            let mut lines = req.headers().get_all(&self.name).iter();
-            let value = lines.next().ok_or(KeyError::Missing)?;
-            if lines.next().is_some() {
-                return Err(KeyError::Repeated);
-            }
-            value.to_str().ok().and_then(node).ok_or(KeyError::Malformed)?
+            single(req, &self.name)?.to_str().ok().and_then(node).ok_or(KeyError::Malformed)?
         } else {
             peer
         };
