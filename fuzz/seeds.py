@@ -16,6 +16,10 @@ module_args: SLIDEGATE.RUN calls (arguments separated by spaces, see
 fuzz_targets/module_args.rs): good calls, calls at and over every cap, bad entries among
 good ones, costs at the edges, malformed limits and times, and stored windows of any bytes
 (NaN and huge doubles included) after a newline.
+
+snapshot: a mode byte (see fuzz_targets/snapshot.rs): each algorithm's real snapshot,
+undamaged and with bytes overwritten or cut; and, in mode 0, streams written by hand:
+well formed (the CRC right), and with every length, count and tag out of bounds.
 """
 
 import os
@@ -259,6 +263,55 @@ def module_args_seeds():
     return seeds
 
 
+# ---------------------------------------------------------------------------- snapshot
+
+def varint(n):
+    out = b""
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out += bytes([b | 0x80])
+        else:
+            return out + bytes([b])
+
+
+def snapshot_stream(body, keys):
+    import zlib
+    head = b"slidegate-snapshot\n" + bytes([1]) + struct.pack("<Q", 1_700_000_000 * 10**9)
+    out = head + body + b"\x00" + varint(keys)
+    return out + struct.pack("<I", zlib.crc32(out) & 0xFFFFFFFF)
+
+
+def snapshot_seeds():
+    policy = b"\x01" + varint(7) + b"default" + b"\x02" + varint(4) + b"4/s" + varint(6) + b"20/min"
+
+    def key(k, entries):
+        body = b"\x02" + varint(len(str(k))) + str(k).encode() + varint(0)
+        for limit in entries:
+            body += varint(len(limit))
+            for age, units in limit:
+                body += varint((age << 1) if age >= 0 else ((-age << 1) - 1)) + varint(units)
+        return body
+
+    good = policy + key(3, [[(0, 2)], [(5 * 10**9, 3), (0, 2)]]) + key(9, [[], [(-10**6, 1)]])
+    seeds = {
+        "raw-good": b"\x00" + snapshot_stream(good, 2),
+        "raw-empty": b"\x00" + snapshot_stream(b"", 0),
+        "raw-wrong-count": b"\x00" + snapshot_stream(good, 3),
+        "raw-long-key": b"\x00" + snapshot_stream(policy + b"\x02" + varint(1 << 40), 1),
+        "raw-many-entries": b"\x00" + snapshot_stream(policy + b"\x02\x013\x00" + varint(1 << 30), 1),
+        "raw-bad-limit": b"\x00" + snapshot_stream(b"\x01\x01d\x01\x035/x", 0),
+        "raw-bad-tag": b"\x00" + snapshot_stream(b"\x07", 0),
+        "raw-garbage": b"\x00" + bytes(range(256)),
+    }
+    for mode in range(1, 5):
+        seeds[f"real-{mode}"] = bytes([mode])
+        seeds[f"real-{mode}-damaged"] = bytes([mode, 30, 0, 40, 0xFF, 100, 7])
+        seeds[f"real-{mode}-cut"] = bytes([mode, 0xFF, 80])
+    return seeds
+
+
 def write(base, target, seeds):
     directory = os.path.join(base, target)
     os.makedirs(directory, exist_ok=True)
@@ -273,3 +326,4 @@ if __name__ == "__main__":
     write(base, "limit_config", limit_config_seeds())
     write(base, "model_ops", model_ops_seeds())
     write(base, "module_args", module_args_seeds())
+    write(base, "snapshot", snapshot_seeds())

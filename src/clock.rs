@@ -301,14 +301,20 @@ fn source() -> &'static Source {
     })
 }
 
-/// Nanoseconds since the process's origin, at most [`END_OF_TIME`].
+/// Where the real clock starts: 366 days after its origin, not at 0, so that a snapshot
+/// loaded into a new process (`Limiter::load`, feature `serde`) can place units counted
+/// up to that long before the process started at their own times (older ones are placed
+/// at its start, which only keeps them longer). 2⁶² ns (146 years) still leave 145 years.
+const REAL_START: u64 = 366 * 86_400 * 1_000_000_000;
+
+/// Nanoseconds since the process's origin plus [`REAL_START`], at most [`END_OF_TIME`].
 fn real_nanos() -> u64 {
     let source = source();
     #[cfg(not(slidegate_loom))]
     let elapsed = source.clock.now().saturating_duration_since(source.origin);
     #[cfg(slidegate_loom)]
     let elapsed = source.origin.elapsed();
-    u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX).min(END_OF_TIME)
+    u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX).saturating_add(REAL_START).min(END_OF_TIME)
 }
 
 /// Locks a mutex of this module. Nothing under them can panic halfway through an update,

@@ -89,6 +89,7 @@ mod limiter;
 #[cfg_attr(docsrs, doc(cfg(feature = "memcached")))]
 pub mod memcached;
 pub mod metrics;
+mod offenders;
 mod policy;
 mod protocol;
 #[cfg(feature = "redis")]
@@ -96,6 +97,8 @@ mod protocol;
 pub mod redis;
 #[cfg(any(feature = "redis", feature = "memcached"))]
 mod remote;
+#[cfg(feature = "serde")]
+mod snapshot;
 mod sync;
 mod table;
 #[cfg(feature = "tower")]
@@ -148,6 +151,9 @@ pub use limiter::Jitter;
 pub use limiter::{Identities, Limiter, LimiterBuilder};
 pub use policy::{PolicyConfig, DEFAULT_POLICY};
 pub use protocol::MAX_IDENTITIES;
+#[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+pub use snapshot::{SnapshotError, SnapshotStats, SNAPSHOT_VERSION};
 pub use table::WhenFull;
 
 /// The per-key protocol, exposed for the `loom-tests` crate only (built with

@@ -13,6 +13,7 @@
 //! | [`EVICTED_LIVE_KEYS`] `slidegate_evicted_live_keys_total` | counter | `limiter` | keys evicted while their windows still counted units, to make room under [`WhenFull::EvictLeastRecent`](crate::WhenFull::EvictLeastRecent) (each such key's budget restarted) |
 //! | [`UNKNOWN_POLICY`] `slidegate_unknown_policy_total` | counter | `limiter` | new keys whose resolver named no policy of the limiter (they got the default policy) |
 //! | [`KEYS`] `slidegate_keys` | gauge | `limiter` | keys held (set when a key is inserted and after each sweep) |
+//! | [`TOP_REFUSED_UNITS`] `slidegate_top_refused_units` | gauge | `limiter`, `key` | the keys refused the most and their decayed refused units, set by each [`Limiter::export_top_refused`](crate::Limiter::export_top_refused) call (at most `n` series above 0 at a time) |
 //!
 //! The label values: `limiter` is the builder's [`name`](crate::LimiterBuilder::name),
 //! `policy` the key's [named policy](crate::LimiterBuilder::policy)
@@ -132,6 +133,30 @@ pub const UNKNOWN_POLICY: &str = "slidegate_unknown_policy_total";
 /// ```
 pub const KEYS: &str = "slidegate_keys";
 
+/// Gauge: a key among the `n` refused the most ([`Limiter::top_refused`]), and its decayed
+/// refused units. Labels [`LIMITER`], [`KEY`]. Set by each
+/// [`Limiter::export_top_refused`] call: the keys listed get their counts, the keys the
+/// previous call listed and this one does not get 0. So at most `n` series are above 0 at
+/// a time; series set to 0 stay in the recorder until it drops them (an exporter's idle
+/// timeout, e.g. metrics-exporter-prometheus's `idle_timeout`, bounds the series kept
+/// over time: set it shorter than the export interval times a few).
+///
+/// [`Limiter::top_refused`]: crate::Limiter::top_refused
+/// [`Limiter::export_top_refused`]: crate::Limiter::export_top_refused
+///
+/// ```
+/// assert_eq!(slidegate::metrics::TOP_REFUSED_UNITS, "slidegate_top_refused_units");
+/// ```
+pub const TOP_REFUSED_UNITS: &str = "slidegate_top_refused_units";
+
+/// Label key: a key, as [`Limiter::export_top_refused`](crate::Limiter::export_top_refused)'s
+/// `label` writes it.
+///
+/// ```
+/// assert_eq!(slidegate::metrics::KEY, "key");
+/// ```
+pub const KEY: &str = "key";
+
 /// Label key: the limiter's [`name`](crate::LimiterBuilder::name).
 ///
 /// ```
@@ -161,8 +186,8 @@ mod imp {
     use ::metrics::{Counter, Gauge, Recorder};
 
     use super::{
-        ADMITTED_UNITS, DENIED_UNITS, EVICTED_KEYS, EVICTED_LIVE_KEYS, KEYS, LIMIT, LIMITER, POLICY,
-        SHADOW_DENIED_UNITS, TOO_MANY_KEYS_UNITS, UNKNOWN_POLICY,
+        ADMITTED_UNITS, DENIED_UNITS, EVICTED_KEYS, EVICTED_LIVE_KEYS, KEY, KEYS, LIMIT, LIMITER, POLICY,
+        SHADOW_DENIED_UNITS, TOO_MANY_KEYS_UNITS, TOP_REFUSED_UNITS, UNKNOWN_POLICY,
     };
     use crate::{Decision, Denial, Limit};
 
@@ -288,6 +313,21 @@ mod imp {
         pub(crate) fn unknown_policy(&self) {
             self.handles().unknown_policy.increment(1);
         }
+
+        /// Sets the top refused keys' gauges to `listed`, and those of `previous` that are
+        /// not listed to 0; `previous` becomes the labels listed.
+        pub(crate) fn top_refused(&self, listed: Vec<(String, u64)>, previous: &mut Vec<String>) {
+            for label in previous.iter().filter(|l| !listed.iter().any(|(k, _)| k == *l)) {
+                ::metrics::gauge!(TOP_REFUSED_UNITS, LIMITER => self.name.clone(), KEY => label.clone())
+                    .set(0.0);
+            }
+            previous.clear();
+            for (label, units) in listed {
+                ::metrics::gauge!(TOP_REFUSED_UNITS, LIMITER => self.name.clone(), KEY => label.clone())
+                    .set(units as f64);
+                previous.push(label);
+            }
+        }
     }
 
     struct Labels {
@@ -412,6 +452,8 @@ mod imp {
         pub(crate) fn evicted_live(&self) {}
 
         pub(crate) fn unknown_policy(&self) {}
+
+        pub(crate) fn top_refused(&self, _: Vec<(String, u64)>, _: &mut Vec<String>) {}
     }
 }
 

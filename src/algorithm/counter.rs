@@ -66,6 +66,22 @@ pub(crate) trait Counter {
     /// view counts at: `touched` must cover it, so that the key is not expired while the
     /// commit's units count.
     fn at(rule: &Rule, view: &Self::View, cost: u64) -> (u64, u64);
+    /// What the limit counts at `now`, by when it was counted: `(time, units)` pairs, oldest
+    /// first, only units some view at `now` may still count, each timed at the latest it
+    /// can have been counted (its slot's last ns, which may be after `now`): a snapshot's
+    /// record of the key (`protocol/snapshot.rs`). Loads only; `false` if a racing check
+    /// moved the limit on while it was read (the caller reads again).
+    #[cfg(feature = "serde")]
+    fn history(state: &Words, rule: &Rule, now: u64, out: &mut Vec<(u64, u64)>) -> bool;
+}
+
+/// The last ns of slot `slot` of `rule`: the latest the units a history reads in that slot
+/// can have been counted at (for the open slot, a time still to come: a load places them no
+/// later than its own time).
+#[cfg(feature = "serde")]
+#[inline]
+pub(crate) fn slot_end(rule: &Rule, slot: u64) -> u64 {
+    rule.time_of(slot.saturating_add(1), 0).saturating_sub(1)
 }
 
 /// One key's words: `touched`, then every limit's (laid out by `layout.rs`), borrowed from

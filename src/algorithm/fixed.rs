@@ -2,6 +2,8 @@
 //! packing as the sliding window's `cur`. A check in a later window than the word's counts
 //! from zero; an admission is one CAS.
 
+#[cfg(feature = "serde")]
+use crate::algorithm::counter::slot_end;
 use crate::algorithm::counter::{count_of, pack, set, tag_distance, tag_of, Counter, Rule, Words};
 use crate::limit::MAX_UNITS;
 use crate::sync::Ordering;
@@ -118,5 +120,14 @@ impl Counter for Fixed {
     #[inline(always)]
     fn at(_: &Rule, view: &View, _: u64) -> (u64, u64) {
         (view.slot, view.elapsed)
+    }
+    /// The current window's count, timed at the window's end (or `now`).
+    #[cfg(feature = "serde")]
+    fn history(state: &Words, rule: &Rule, now: u64, out: &mut Vec<(u64, u64)>) -> bool {
+        let view = Fixed::view(state, rule, now, false);
+        if view.current > 0 {
+            out.push((slot_end(rule, view.slot), view.current));
+        }
+        true
     }
 }

@@ -141,4 +141,17 @@ impl Counter for Gcra {
         }
         (view.slot, view.elapsed)
     }
+    /// The units the TAT is ahead of `now` by, rounded up, timed so that counting them
+    /// again at that time puts the TAT back where it is: `TAT − units × interval`, at most
+    /// `now` (as if they had arrived at the sustained rate).
+    #[cfg(feature = "serde")]
+    fn history(state: &Words, rule: &Rule, now: u64, out: &mut Vec<(u64, u64)>) -> bool {
+        let view = Gcra::view(state, rule, now, false);
+        let used = Gcra::used(rule, &view);
+        if used > 0 {
+            let tat = now.saturating_add(view.lag);
+            out.push((tat.saturating_sub(used.saturating_mul(rule.interval)), used));
+        }
+        true
+    }
 }

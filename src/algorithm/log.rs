@@ -286,4 +286,23 @@ impl Counter for Log {
     fn at(_: &Rule, view: &View, _: u64) -> (u64, u64) {
         (view.slot, view.elapsed)
     }
+    /// The entries still inside the window, one pair per distinct time. Called under the
+    /// caller's pin (`Counter::pin`), as a check's view is.
+    #[cfg(feature = "serde")]
+    fn history(state: &Words, rule: &Rule, now: u64, out: &mut Vec<(u64, u64)>) -> bool {
+        let view = Log::view(state, rule, now, false);
+        if view.retired || view.seen == EMPTY || view.first == view.len {
+            return true;
+        }
+        // SAFETY: `view.seen` was loaded in `view` under the pin the caller holds.
+        let entries = unsafe { entries(view.seen) };
+        for &t in entries.get(view.first..).unwrap_or_default() {
+            let t = t.min(now);
+            match out.last_mut() {
+                Some((last, units)) if *last == t => *units = units.saturating_add(1),
+                _ => out.push((t, 1)),
+            }
+        }
+        true
+    }
 }

@@ -18,6 +18,7 @@ use crate::error::ConfigError;
 use crate::housekeeper;
 use crate::limit::Limit;
 use crate::metrics::Metrics;
+use crate::offenders::Offenders;
 use crate::policy::{PolicyConfig, Tiers, DEFAULT_POLICY};
 use crate::table::{Table, WhenFull};
 
@@ -49,6 +50,7 @@ where
             when_full: WhenFull::default(),
             sweep_interval: None,
             tick: DEFAULT_TICK,
+            track_refused: 0,
             _key: PhantomData,
         }
     }
@@ -106,6 +108,7 @@ pub struct LimiterBuilder<K> {
     when_full: WhenFull,
     sweep_interval: Option<Duration>,
     tick: Duration,
+    track_refused: usize,
     _key: PhantomData<fn() -> K>,
 }
 
@@ -376,6 +379,30 @@ where
         self
     }
 
+    /// Keeps track of the keys refused the most, for [`Limiter::top_refused`]: up to
+    /// `capacity` keys per core (a heavy-hitter summary, Filtered Space-Saving), whatever the
+    /// number of distinct keys refused. Off (0) by default: an admission never pays for it,
+    /// a refusal then does (a few tens of ns, in the performance guide). Counts halve every
+    /// longest window of the limiter's policies at build, so the list is about the recent
+    /// past. Refusals by a limit are counted (a cost over a limit's `max` too; a shadow
+    /// refusal too, as it would be refused); a new key refused because the table is full
+    /// is not (it has no state to be refused by).
+    ///
+    /// ```
+    /// use slidegate::{Limit, Limiter};
+    /// let limiter = Limiter::<String>::builder().limit(Limit::per_second(1)).track_refused(128).build()?;
+    /// for _ in 0..5 {
+    ///     let _ = limiter.check("mallory");
+    /// }
+    /// let _ = limiter.check("alice");
+    /// assert_eq!(limiter.top_refused(10), [("mallory".to_owned(), 4)]);
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn track_refused(mut self, capacity: usize) -> Self {
+        self.track_refused = capacity;
+        self
+    }
+
     /// Validates the configuration and starts the limiter. With the real clock it takes a
     /// share of the process's ticker and sweeper threads, starting them if it is the only
     /// real-clock limiter; they stop (and are joined) when the last real-clock limiter is
@@ -395,6 +422,7 @@ where
         }
         policies.extend(self.policies);
         let shortest = policies.iter().flat_map(|(_, p)| &p.limits).map(Limit::window).min();
+        let longest = policies.iter().flat_map(|(_, p)| &p.limits).map(Limit::window).max();
         let tiers = Tiers::new(policies, self.default_policy.as_deref(), self.algorithm, &metrics)?;
         if self.max_keys == Some(0) {
             return Err(ConfigError::ZeroMaxKeys);
@@ -428,6 +456,11 @@ where
             metrics,
             name: self.name,
             shadow: self.shadow,
+            offenders: (self.track_refused > 0).then(|| {
+                let half_life = longest.map_or(0, |w| u64::try_from(w.as_nanos()).unwrap_or(u64::MAX));
+                Offenders::new(self.track_refused, half_life)
+            }),
+            exported: std::sync::Mutex::new(Vec::new()),
             #[cfg(feature = "tokio")]
             manual: self.clock,
         });

@@ -142,6 +142,7 @@ where
                         continue 'lookup;
                     }
                     let never = policy.never(index, state.room(policy, now));
+                    self.refused_of(keys, key_of(s), cost, now);
                     return decided(never, key_of(s), policy.metrics());
                 }
             }
@@ -157,6 +158,9 @@ where
             )]
             let metrics = refs[s].policy().metrics();
             if !decision.is_allowed() || enforced == n {
+                if !decision.is_allowed() {
+                    self.refused_of(keys, key_of(s), cost, now);
+                }
                 return decided(decision, key_of(s), metrics);
             }
             metrics.decided(&decision, cost, shared.shadow);
@@ -172,6 +176,17 @@ where
                 }
             }
             return Ok(outcome);
+        }
+    }
+
+    /// A refusal of `check_all` by `keys[key]`, for [`top_refused`](Self::top_refused).
+    fn refused_of<Q>(&self, keys: &[&Q], key: usize, cost: u64, now: u64)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        if let Some(key) = keys.get(key) {
+            self.refused(self.shared.table.hash(*key), *key, cost, now);
         }
     }
 

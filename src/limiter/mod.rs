@@ -28,6 +28,8 @@
 mod admin;
 mod builder;
 mod many;
+#[cfg(feature = "serde")]
+mod persist;
 #[cfg(feature = "tokio")]
 mod ready;
 
@@ -48,6 +50,7 @@ use crate::decision::Decision;
 use crate::housekeeper::{Registration, Sweep};
 use crate::layout::Policy;
 use crate::metrics::Metrics;
+use crate::offenders::Offenders;
 use crate::policy::Tiers;
 use crate::protocol::{Outcome, OwnedState};
 use crate::table::{Change, Freed, Node, Refused, Table};
@@ -55,6 +58,8 @@ use crate::table::{Change, Freed, Node, Refused, Table};
 use admin::move_state;
 pub use builder::LimiterBuilder;
 pub use many::Identities;
+#[cfg(feature = "serde")]
+pub(crate) use persist::Merged;
 #[cfg(feature = "tokio")]
 pub use ready::Jitter;
 
@@ -75,6 +80,10 @@ struct Shared<K> {
     metrics: Metrics,
     /// Shadow mode: refusals are reported but admitted.
     shadow: bool,
+    /// The keys refused the most (`LimiterBuilder::track_refused`), if tracked, and the
+    /// labels the last `export_top_refused` set.
+    offenders: Option<Offenders<K>>,
+    exported: std::sync::Mutex<Vec<String>>,
     /// The manual clock, if the limiter runs on one: `until_ready` waits for it.
     #[cfg(feature = "tokio")]
     manual: Option<ManualClock>,
@@ -232,14 +241,30 @@ where
                 if let Some(index) = policy.oversized(cost).filter(|_| !FORCE) {
                     // A retired state's policy may no longer be the key's.
                     if !state.is_retired() {
+                        self.refused(hash, key, cost, now);
                         return finish(policy.never(index, state.room(policy, now)), policy);
                     }
                 } else if let Outcome::Decided(decision) = state.run::<FORCE>(policy, now, cost) {
+                    if !FORCE && !decision.is_allowed() {
+                        self.refused(hash, key, cost, now);
+                    }
                     return finish(decision, policy);
                 }
             }
             // Its policy has a newer version, or it expired, or it was retired under us.
             self.renew(hash, key, now, &guard);
+        }
+    }
+
+    /// A refusal of `cost` for `key` (its hash `hash`), for [`top_refused`](Self::top_refused).
+    #[inline]
+    pub(super) fn refused<Q>(&self, hash: u64, key: &Q, cost: u64, now: u64)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        if let Some(offenders) = &self.shared.offenders {
+            offenders.refused(hash, key, cost, now);
         }
     }
 
@@ -263,6 +288,7 @@ where
         let tier = self.tier_of(key);
         let policy = self.shared.tiers.current(tier);
         if let Some(index) = policy.oversized(cost).filter(|_| !FORCE) {
+            self.refused(hash, key, cost, now);
             return Some(finish(policy.never(index, policy.fresh(0).remaining()), &policy));
         }
         if cost == 0 {
@@ -307,6 +333,7 @@ where
                 Freed::Idle => shared.metrics.evicted(1),
                 Freed::Evicted => shared.metrics.evicted_live(),
             },
+            |_, _| None,
         )?;
         shared.metrics.keys(shared.table.len());
         Ok(node)
@@ -506,6 +533,61 @@ where
         self.shared.sweep()
     }
 
+    /// The keys refused the most units over the recent past, most first, at most `n`: the
+    /// operator's answer to "who is being limited right now?". Empty unless the limiter was
+    /// built with [`LimiterBuilder::track_refused`]. Counts halve every longest window (of
+    /// the policies at build), so a key refused a minute ago weighs more than one refused an
+    /// hour ago. Each count is at least the key's decayed refused units and at most that
+    /// plus `N / m` (`N` all refused units, decayed alike; `m` the capacity): the list is
+    /// exact and in order wherever neighbouring counts differ by more than that, and exact
+    /// outright while fewer keys than `m` are refused. Locks one stripe of the summary at a
+    /// time; refusals go on meanwhile.
+    ///
+    /// ```
+    /// use slidegate::{Limit, Limiter};
+    /// let limiter = Limiter::<u32>::builder().limit(Limit::per_second(2)).track_refused(64).build()?;
+    /// for client in [7, 7, 7, 7, 7, 9, 9, 9, 1] {
+    ///     let _ = limiter.check(&client);
+    /// }
+    /// assert_eq!(limiter.top_refused(5), [(7, 3), (9, 1)]);
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn top_refused(&self, n: usize) -> Vec<(K, u64)> {
+        match &self.shared.offenders {
+            Some(offenders) => offenders.top(n, self.shared.now.nanos()),
+            None => Vec::new(),
+        }
+    }
+
+    /// Heap bytes the [`top_refused`](Self::top_refused) summary holds (its arrays, not
+    /// what its keys own): for the measuring tools. Not public API.
+    #[doc(hidden)]
+    pub fn top_refused_bytes(&self) -> usize {
+        self.shared.offenders.as_ref().map_or(0, Offenders::bytes)
+    }
+
+    /// Exports [`top_refused`](Self::top_refused)`(n)` through the `metrics` facade (feature
+    /// `metrics`; without it, does nothing): the gauge
+    /// [`TOP_REFUSED_UNITS`](crate::metrics::TOP_REFUSED_UNITS) with the key as a label,
+    /// written by `label`. Call it on a timer (every few seconds): each call sets the keys
+    /// listed and sets those the previous call listed, and this one does not, to 0, so at
+    /// most `n` series are above 0 at a time (see the gauge's docs on series kept over
+    /// time). Keys are client input: `label` should write them so that a hostile key cannot
+    /// inflate the series (cut long keys; `n` bounds how many there are).
+    ///
+    /// ```
+    /// use slidegate::{Limit, Limiter};
+    /// let limiter = Limiter::<String>::builder().limit(Limit::per_second(1)).track_refused(64).build()?;
+    /// let _ = (limiter.check("a"), limiter.check("a"));
+    /// limiter.export_top_refused(10, |key| key.chars().take(64).collect());
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn export_top_refused(&self, n: usize, label: impl Fn(&K) -> String) {
+        let listed = self.top_refused(n).into_iter().map(|(key, units)| (label(&key), units)).collect();
+        let mut previous = self.shared.exported.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.shared.metrics.top_refused(listed, &mut previous);
+    }
+
     /// The number of keys held.
     ///
     /// ```
@@ -530,6 +612,12 @@ where
     /// ```
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// The time on the limiter's clock (ns since its origin).
+    #[cfg(feature = "serde")]
+    pub(crate) fn clock_nanos(&self) -> u64 {
+        self.shared.now.nanos()
     }
 
     /// The table shard `key` lives in: for the loom models and tests, which need keys that

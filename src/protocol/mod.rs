@@ -23,8 +23,12 @@ use crate::sync::{AtomicU64, Ordering};
 
 mod many;
 mod moving;
+#[cfg(feature = "serde")]
+mod snapshot;
 
 pub use moving::OwnedState;
+#[cfg(feature = "serde")]
+pub(crate) use snapshot::{replayed, History};
 
 /// `touched` of a state moved to another policy ([`KeyState::migrate_at`]), the other marker
 /// beside [`RETIRED`] (eviction, replacement of an expired key, reset): a check that

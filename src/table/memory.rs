@@ -168,6 +168,29 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
         shard.publish(Some(fresh), guard);
     }
 
+    /// Every node of shard `index`, read as a check reads the table (no lock, under
+    /// `guard`): a node inserted or removed during the walk may be met or not; every node
+    /// held throughout is met once (an array rebuilt meanwhile is not followed: the walk
+    /// reads the array it loaded, whose nodes stay valid under the guard).
+    #[cfg(feature = "serde")]
+    pub(crate) fn for_each_in_shard<'g>(
+        &'g self,
+        index: usize,
+        guard: &'g Guard,
+        mut f: impl FnMut(Node<'g, K>),
+    ) {
+        let Some(shard) = self.shards.get(index) else { return };
+        // Acquire: as in `get` (pairs with `publish`'s Release).
+        let Some(slots) = shard.array(Ordering::Acquire, guard) else { return };
+        for slot in slots.slots.iter() {
+            // Acquire: as in `find` (pairs with the Release store that published the node).
+            let found = slot.load(Ordering::Acquire);
+            if let Some(ptr) = NonNull::new(untagged(found).0).filter(|_| found != tombstone()) {
+                f(Node { ptr, _guard: PhantomData });
+            }
+        }
+    }
+
     /// Every node, for a table no one else can use any more (its owner is dropping it).
     pub(crate) fn for_each_exclusive(&mut self, mut f: impl FnMut(Node<'_, K>)) {
         for shard in self.shards.iter() {

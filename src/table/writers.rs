@@ -48,6 +48,10 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
     /// the owned key), unless the key is held already; either way, the key's node. When the
     /// table holds `max_keys` keys, a held key makes room if one can (`room.rs`; `on_freed`
     /// is told how), else the new key is refused.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the key, its hash, time and guard, and the caller's three hooks (policy, freed place, laid-out state)"
+    )]
     pub(crate) fn insert<'g, Q>(
         &'g self,
         hash: u64,
@@ -56,6 +60,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
         guard: &'g Guard,
         policy_of: impl FnOnce(&K) -> Arc<Policy>,
         on_freed: impl FnOnce(Freed),
+        init: impl FnOnce(&Arc<Policy>, u64) -> Option<Vec<u64>>,
     ) -> Result<Node<'g, K>, Refused>
     where
         K: Borrow<Q>,
@@ -158,12 +163,14 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
         // Small layouts (one limit of up to ~30 slots) start on the stack: no allocation
         // beyond the node.
         let mut small = [0u64; 32];
-        let node = match small.get_mut(..policy.words_per_key()) {
-            Some(words) => {
+        let node = match (init(&policy, now), small.get_mut(..policy.words_per_key())) {
+            // A loaded key's state (`Limiter::load`), laid out for `policy` at `now`.
+            (Some(words), _) if words.len() == policy.words_per_key() => new_node(owned, policy, &words),
+            (_, Some(words)) => {
                 fill_initial(&policy, now, words);
                 new_node(owned, policy, words)
             }
-            None => {
+            (_, None) => {
                 let words = initial_words(&policy, now);
                 new_node(owned, policy, &words)
             }

@@ -123,6 +123,8 @@ use crate::algorithm::counter::{count_of, pack, set, tag_distance, tag_of, Count
 use crate::limit::MAX_UNITS;
 use crate::sync::Ordering;
 
+#[cfg(feature = "serde")]
+mod history;
 mod pair;
 mod read;
 mod ring;
@@ -214,6 +216,10 @@ impl Counter for Sliding {
     #[inline(always)]
     fn at(_: &Rule, view: &View, _: u64) -> (u64, u64) {
         (view.slot, view.elapsed)
+    }
+    #[cfg(feature = "serde")]
+    fn history(state: &Words, rule: &Rule, now: u64, out: &mut Vec<(u64, u64)>) -> bool {
+        state.history(rule, now, out)
     }
 }
 
