@@ -7,8 +7,8 @@
 //! limit of that policy the limit's string form with the units the limit still counts, by
 //! the slot they were counted in (GCRA: the units its TAT is ahead by; a sliding log: its
 //! timestamps), each as its age at the save. Keys are read one at a time, without a lock
-//! and without stopping checks; each key's limits are read together (`protocol/snapshot.rs`:
-//! no admission lands in one limit's record and not another's).
+//! and without stopping checks, each limit as of one moment (`protocol/snapshot.rs`): a check
+//! racing the save may be in it or not.
 //!
 //! # What a load does
 //! It reads and verifies the whole stream first (checksum, version, every length and count
@@ -187,8 +187,8 @@ where
     K: Hash + Eq + Clone + Send + Sync + 'static + Serialize + DeserializeOwned,
 {
     /// Writes every held key's counts to `writer` (buffered here), while checks go on: one
-    /// key at a time, each consistent across its limits, nothing held in memory but the key
-    /// being written. Keys inserted or removed during the save may be in it or not. See
+    /// key at a time, each limit as of one moment (a check racing the save may be in it or
+    /// not), nothing held in memory but the key being written. Keys inserted or removed during the save may be in it or not. See
     /// [the module docs](crate::guide::reliability) for the format and what a load does.
     ///
     /// ```

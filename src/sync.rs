@@ -5,8 +5,6 @@
 //! (`crossbeam-utils` follows with `--cfg crossbeam_loom`.)
 
 #[cfg(not(slidegate_loom))]
-#[cfg(feature = "serde")]
-pub(crate) use std::sync::atomic::fence;
 pub(crate) use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 #[cfg(not(slidegate_loom))]
 pub(crate) use std::sync::{Mutex, MutexGuard};

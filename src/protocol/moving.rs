@@ -117,6 +117,12 @@ impl OwnedState {
         policy.rules.iter().zip(&views).all(|(rule, view)| Sliding::commit(&state, rule, view, cost))
     }
 
+    /// [`KeyState::history`] (feature `serde`): what each limit counts at `now`, by when.
+    #[cfg(all(slidegate_loom, feature = "serde"))]
+    pub fn history(&self, now: u64) -> Option<Vec<Vec<(u64, u64)>>> {
+        self.state().history(now)
+    }
+
     /// [`KeyState::migrate_at`], timed at `now`.
     #[cfg(slidegate_loom)]
     pub fn migrate(&self, newer: &Arc<Policy>, now: u64, carry: Carry) -> OwnedState {

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use crate::algorithm::counter::{set, Counter};
 use crate::algorithm::{Algorithm, Fixed, Gcra, Log, Sliding};
-use crate::layout::{Policy, MAX_LIMITS, TOUCHED};
-use crate::sync::{fence, Ordering};
+use crate::layout::{Policy, TOUCHED};
+use crate::sync::Ordering;
 
 use super::{KeyState, OwnedState, LAST_TIME, MOVED};
 
@@ -17,7 +17,7 @@ use super::{KeyState, OwnedState, LAST_TIME, MOVED};
 pub(crate) type History = Vec<Vec<(u64, u64)>>;
 
 /// How many times [`KeyState::history`] reads again when checks move the key on while it
-/// reads; after that it records what each limit counts at its time, as counted then
+/// reads; after that it records what each limit counts at its time, timed then
 /// (conservative: the units then leave the window no earlier than they would have).
 const HISTORY_RETRIES: u32 = 8;
 
@@ -26,16 +26,11 @@ impl KeyState<'_> {
     /// was retired or moved (its key is elsewhere in the table, or gone). An empty history
     /// for an expired key.
     ///
-    /// Consistent per key: the commit word of every limit (each admission into a limit is
-    /// a CAS on it, `protocol/mod.rs`) is loaded before and after the read, and the read is
-    /// taken again if any changed, so no admission lands in one limit's read and not in
-    /// another's. The second loads come after an Acquire fence: had a read seen anything
-    /// written after a CAS on a commit word (a ring word written by a later move, which
-    /// `Counter::history` reports as a later lap anyway), the fence would make that CAS
-    /// visible to the reload (fence–fence synchronization needs a Release on the writer's
-    /// side: every commit CAS is Release). A check that commits between two of its limits
-    /// during the read is seen in the limits it had committed before the first loads
-    /// (as a peek would see it).
+    /// Each limit is read as of one moment: its commit word with Acquire (as a check's view
+    /// reads it), then what that word's last move wrote before it; a read that meets a ring
+    /// word already a lap further (a check moved the limit on meanwhile) starts over. A check
+    /// that commits while the key is read may be seen in some of its limits and not others,
+    /// as a peek at that moment may see it: a save runs while checks go on.
     pub(crate) fn history(&self, now: u64) -> Option<History> {
         match self.policy.algorithm {
             Algorithm::SlidingWindow => self.history_with::<Sliding>(now),
@@ -48,14 +43,6 @@ impl KeyState<'_> {
     fn history_with<A: Counter>(&self, now: u64) -> Option<History> {
         let _pin = A::pin();
         let rules = &self.policy.rules[..];
-        let commit_words = || {
-            let mut words = [0u64; MAX_LIMITS];
-            for (word, rule) in words.iter_mut().zip(rules) {
-                // Relaxed: compared only; the order the comparison needs is the fence's.
-                *word = self.word(rule.at()).load(Ordering::Relaxed);
-            }
-            words
-        };
         for _ in 0..HISTORY_RETRIES {
             // Relaxed: a marker or a time, read as a check's `begin` reads it.
             let touched = self.touched();
@@ -65,13 +52,8 @@ impl KeyState<'_> {
             if now.saturating_sub(touched) >= self.policy.expiry {
                 return Some(vec![Vec::new(); rules.len()]);
             }
-            let before = commit_words();
             let mut history: History = vec![Vec::new(); rules.len()];
-            let read =
-                rules.iter().zip(history.iter_mut()).all(|(rule, out)| A::history(self, rule, now, out));
-            // Acquire: see the doc comment.
-            fence(Ordering::Acquire);
-            if read && commit_words() == before {
+            if rules.iter().zip(history.iter_mut()).all(|(rule, out)| A::history(self, rule, now, out)) {
                 return Some(history);
             }
         }
