@@ -54,7 +54,8 @@
 //! `ConnectInfo` as the peer address), `metrics` (counters and gauges through the `metrics`
 //! facade), `tokio` (`Limiter::until_ready`), `redis` (one budget across processes:
 //! `RedisLimiter`, `HybridLimiter`), `memcached` (the two-bucket estimate on memcached),
-//! `serde` (limits in configuration files).
+//! `serde` (limits in configuration files, and `Limiter::save` / `Limiter::load`: counts that
+//! survive a restart).
 
 // `unsafe` appears in two places: the key table's nodes, arrays and epoch-deferred frees
 // (`table/`), and the sliding log's shared snapshots (`algorithm/log.rs`). Everything else

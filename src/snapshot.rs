@@ -295,24 +295,26 @@ where
             ..SnapshotStats::default()
         };
         let mut limits: Vec<(Limit, Vec<(u64, u64)>)> = Vec::new();
+        let mut scratch = Vec::new();
         for record in &parsed.records {
             let Some((name, policy)) = parsed.policies.get(record.policy) else { continue };
-            limits.clear();
-            for (limit, span) in policy.iter().zip(record.limits.clone()) {
-                let entries = parsed.entries.get(span).unwrap_or_default();
-                let placed = entries
-                    .iter()
-                    .map(|&(age, units)| {
+            // The buffers of the last key's limits are reused.
+            limits.resize_with(policy.len(), || (Limit::per_second(1), Vec::new()));
+            let spans = parsed.spans.get(record.limits.clone()).unwrap_or_default();
+            for ((limit, span), (into, placed)) in policy.iter().zip(spans).zip(limits.iter_mut()) {
+                *into = *limit;
+                placed.clear();
+                placed.extend(parsed.entries.get(span.clone()).unwrap_or_default().iter().map(
+                    |&(age, units)| {
                         // `age + elapsed` before the load's time, never after it.
                         let at = i128::from(now)
                             .saturating_sub(i128::from(elapsed))
                             .saturating_sub(i128::from(age));
                         (u64::try_from(at.clamp(0, i128::from(now))).unwrap_or(now), units)
-                    })
-                    .collect();
-                limits.push((*limit, placed));
+                    },
+                ));
             }
-            match self.merge_saved(&record.key, name, &limits) {
+            match self.merge_saved(&record.key, name, &limits, &mut scratch) {
                 Merged::Inserted => stats.inserted = stats.inserted.saturating_add(1),
                 Merged::Added => stats.added = stats.added.saturating_add(1),
                 Merged::Nothing => stats.expired = stats.expired.saturating_add(1),
@@ -382,7 +384,9 @@ struct Parsed<K> {
     /// Per policy version: its name and limits.
     policies: Vec<(String, Vec<Limit>)>,
     records: Vec<Record<K>>,
-    /// Every record's entries, `(age, units)`, each record's limits a range of them.
+    /// Every record's limits, each a range of `entries`.
+    spans: Vec<std::ops::Range<usize>>,
+    /// Every record's entries, `(age, units)`.
     entries: Vec<(i64, u64)>,
     bytes: u64,
 }
@@ -390,7 +394,8 @@ struct Parsed<K> {
 struct Record<K> {
     key: K,
     policy: usize,
-    limits: Vec<std::ops::Range<usize>>,
+    /// Its limits' ranges of entries: a range of `spans`.
+    limits: std::ops::Range<usize>,
 }
 
 /// The stream being parsed, from memory: what is left of it.
@@ -459,8 +464,14 @@ impl<K: DeserializeOwned> Parsed<K> {
         }
         let saved_at = src.take(8)?;
         let saved_at = u64::from_le_bytes(saved_at.try_into().map_err(|_| SnapshotError::Truncated)?);
-        let mut parsed =
-            Parsed { saved_at, policies: Vec::new(), records: Vec::new(), entries: Vec::new(), bytes: 0 };
+        let mut parsed = Parsed {
+            saved_at,
+            policies: Vec::new(),
+            records: Vec::new(),
+            spans: Vec::new(),
+            entries: Vec::new(),
+            bytes: 0,
+        };
         // An age beyond any window's reach (and its slot's) is no age a save writes.
         let most_age = i64::try_from(MAX_WINDOW.as_nanos().saturating_mul(2)).unwrap_or(i64::MAX);
         loop {
@@ -495,7 +506,7 @@ impl<K: DeserializeOwned> Parsed<K> {
                             "a key under policy {policy}, which is not defined before it"
                         )));
                     };
-                    let mut spans = Vec::with_capacity(limits.len());
+                    let first = parsed.spans.len();
                     for _ in 0..limits.len() {
                         let count = src.varint()?;
                         if count > MAX_ENTRIES {
@@ -517,9 +528,9 @@ impl<K: DeserializeOwned> Parsed<K> {
                             }
                             parsed.entries.push((age, units));
                         }
-                        spans.push(from..parsed.entries.len());
+                        parsed.spans.push(from..parsed.entries.len());
                     }
-                    parsed.records.push(Record { key, policy, limits: spans });
+                    parsed.records.push(Record { key, policy, limits: first..parsed.spans.len() });
                 }
                 tag => return Err(corrupt(format!("unknown item tag {tag}"))),
             }

@@ -333,7 +333,7 @@ where
                 Freed::Idle => shared.metrics.evicted(1),
                 Freed::Evicted => shared.metrics.evicted_live(),
             },
-            |_, _| None,
+            |_, _, _| false,
         )?;
         shared.metrics.keys(shared.table.len());
         Ok(node)

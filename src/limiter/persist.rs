@@ -9,7 +9,7 @@ use std::hash::Hash;
 use crate::grace;
 use crate::layout::Policy;
 use crate::limit::Limit;
-use crate::protocol::{replayed, History};
+use crate::protocol::{replay_into, History};
 use crate::table::{Change, Freed, Refused};
 
 use super::admin::move_state;
@@ -70,7 +70,13 @@ where
     /// [`matched`]). A held key keeps its policy and gets the units on top of its own. A
     /// key not held goes under its override, else the policy named `policy` if there is
     /// one, else the one a check would give it, and is inserted unless the table is full.
-    pub(crate) fn merge_saved(&self, key: &K, policy: &str, limits: &[(Limit, Vec<(u64, u64)>)]) -> Merged {
+    pub(crate) fn merge_saved(
+        &self,
+        key: &K,
+        policy: &str,
+        limits: &[(Limit, Vec<(u64, u64)>)],
+        scratch: &mut History,
+    ) -> Merged {
         let shared = &*self.shared;
         let now = shared.now.nanos();
         let guard = grace::pin();
@@ -91,12 +97,12 @@ where
                 Freed::Idle => shared.metrics.evicted(1),
                 Freed::Evicted => shared.metrics.evicted_live(),
             },
-            |policy, now| {
+            |policy, now, words| {
                 inserted = true;
-                let history = matched(policy, limits, now);
-                nothing = history.iter().all(Vec::is_empty);
-                let (_, words) = replayed(policy, &history, now).into_parts();
-                Some(words)
+                matched(policy, limits, now, scratch);
+                nothing = scratch.iter().all(Vec::is_empty);
+                replay_into(policy, scratch, now, words);
+                true
             },
         );
         match node {
@@ -119,13 +125,13 @@ where
                     // A newer version first, as a check would move it (`renew`).
                     return move_state(state, &current, || now.max(shared.now.nanos()), current.carry());
                 }
-                let history = matched(&current, limits, now);
-                if history.iter().all(Vec::is_empty) {
+                matched(&current, limits, now, scratch);
+                if scratch.iter().all(Vec::is_empty) {
                     added = Some(Merged::Nothing);
                     return Change::Keep;
                 }
                 added = Some(Merged::Added);
-                let (merged, at) = state.merge_at(&current, &history, || now.max(shared.now.nanos()));
+                let (merged, at) = state.merge_at(&current, scratch, || now.max(shared.now.nanos()));
                 Change::Replace(merged, at)
             });
             if let Some(added) = added {
@@ -143,27 +149,27 @@ where
 /// [`Limiter::update_policy`] carries them, each into the slot that holds the end of its
 /// saved slot). A limit with no saved limit of its window starts empty; a saved limit that
 /// no limit takes is dropped.
-fn matched(policy: &Policy, saved: &[(Limit, Vec<(u64, u64)>)], now: u64) -> History {
-    policy
-        .limits()
-        .map(|limit| {
-            let found = saved
-                .iter()
-                .find(|(s, _)| s == limit)
-                .or_else(|| saved.iter().find(|(s, _)| s.window() == limit.window()));
-            let Some((_, entries)) = found else { return Vec::new() };
-            // Out of the window once `window + precision` has passed (a slot's units leave
-            // the interpolated window by the end of the slot after it; a GCRA lead of at
-            // most `max` units drains within the window).
-            let span = u64::try_from(limit.window().saturating_add(limit.get_precision()).as_nanos())
-                .unwrap_or(u64::MAX);
-            let mut kept: Vec<(u64, u64)> = entries
-                .iter()
-                .copied()
-                .filter(|&(at, units)| units > 0 && at.saturating_add(span) > now)
-                .collect();
+fn matched(policy: &Policy, saved: &[(Limit, Vec<(u64, u64)>)], now: u64, into: &mut History) {
+    into.resize_with(policy.rules.len(), Vec::new);
+    for (limit, kept) in policy.limits().zip(into.iter_mut()) {
+        kept.clear();
+        let found = saved
+            .iter()
+            .find(|(s, _)| s == limit)
+            .or_else(|| saved.iter().find(|(s, _)| s.window() == limit.window()));
+        let Some((_, entries)) = found else { continue };
+        // Out of the window once `window + precision` has passed (a slot's units leave the
+        // interpolated window by the end of the slot after it), or for GCRA once its lead
+        // has drained (`units` intervals of `window / max`; more than a window when units
+        // were recorded beyond `max`).
+        let ns = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        let span = ns(limit.window().saturating_add(limit.get_precision()));
+        let per_unit = ns(limit.window()).div_ceil(limit.max().max(1));
+        kept.extend(entries.iter().copied().filter(|&(at, units)| {
+            units > 0 && at.saturating_add(span.max(units.saturating_mul(per_unit))) > now
+        }));
+        if kept.windows(2).any(|pair| matches!(pair, [a, b] if a.0 > b.0)) {
             kept.sort_by_key(|&(at, _)| at);
-            kept
-        })
-        .collect()
+        }
+    }
 }

@@ -28,7 +28,7 @@ mod snapshot;
 
 pub use moving::OwnedState;
 #[cfg(feature = "serde")]
-pub(crate) use snapshot::{replayed, History};
+pub(crate) use snapshot::{replay_into, History};
 
 /// `touched` of a state moved to another policy ([`KeyState::migrate_at`]), the other marker
 /// beside [`RETIRED`] (eviction, replacement of an expired key, reset): a check that

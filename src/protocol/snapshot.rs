@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use crate::algorithm::counter::{set, Counter};
 use crate::algorithm::{Algorithm, Fixed, Gcra, Log, Sliding};
-use crate::layout::{Policy, TOUCHED};
-use crate::sync::Ordering;
+use crate::layout::{fill_initial, Policy, TOUCHED};
+use crate::sync::{AtomicU64, Ordering};
 
 use super::{KeyState, OwnedState, LAST_TIME, MOVED};
 
@@ -141,8 +141,34 @@ impl KeyState<'_> {
 /// A fresh state of `policy` counting `history` (per limit, oldest first), idle since
 /// `since` at the latest (a key's last use, kept across a merge: a merge is not a use).
 pub(crate) fn replayed(policy: &Arc<Policy>, history: &[Vec<(u64, u64)>], since: u64) -> OwnedState {
-    let first = history.iter().filter_map(|entries| entries.first()).map(|&(at, _)| at).min();
-    let owned = OwnedState::new(policy, first.unwrap_or(since).min(since).min(LAST_TIME));
+    let owned = OwnedState::new(policy, start(history, since));
     owned.state().replay(history);
     owned
+}
+
+/// [`replayed`]'s words written into `out` (`words_per_key` long): a loaded key's state,
+/// laid out before the key table takes it in. On the stack for layouts of up to 32 words.
+pub(crate) fn replay_into(policy: &Policy, history: &[Vec<(u64, u64)>], since: u64, out: &mut [u64]) {
+    fill_initial(policy, start(history, since), out);
+    // Every atomic created with its value (see `OwnedState::from_words`).
+    let stack: [AtomicU64; 32];
+    let heap: Vec<AtomicU64>;
+    let words: &[AtomicU64] = if out.len() <= 32 {
+        stack = std::array::from_fn(|i| AtomicU64::new(out.get(i).copied().unwrap_or(0)));
+        stack.get(..out.len()).unwrap_or_default()
+    } else {
+        heap = out.iter().map(|&w| AtomicU64::new(w)).collect();
+        &heap
+    };
+    KeyState::from_parts(words, policy).replay(history);
+    for (into, word) in out.iter_mut().zip(words) {
+        // Relaxed: unshared.
+        *into = word.load(Ordering::Relaxed);
+    }
+}
+
+/// The time a replayed state starts at: its first entry, or `since` if that is earlier.
+fn start(history: &[Vec<(u64, u64)>], since: u64) -> u64 {
+    let first = history.iter().filter_map(|entries| entries.first()).map(|&(at, _)| at).min();
+    first.unwrap_or(since).min(since).min(LAST_TIME)
 }

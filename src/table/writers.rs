@@ -9,7 +9,7 @@ use std::ptr::NonNull;
 use std::sync::{Arc, TryLockError};
 
 use crate::grace::{self, Guard};
-use crate::layout::{fill_initial, initial_words, Policy, TOUCHED};
+use crate::layout::{fill_initial, Policy, TOUCHED};
 use crate::protocol::OwnedState;
 use crate::sync::{AtomicPtr, AtomicUsize, Ordering};
 
@@ -47,7 +47,9 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
     /// is later, under the policy `policy_of` chooses (called under the shard's mutex, with
     /// the owned key), unless the key is held already; either way, the key's node. When the
     /// table holds `max_keys` keys, a held key makes room if one can (`room.rs`; `on_freed`
-    /// is told how), else the new key is refused.
+    /// is told how), else the new key is refused. `init` may lay the state out instead of
+    /// a fresh one (a loaded key's counts, `Limiter::load`): given the policy, the time and
+    /// the node's words, it writes them and returns `true`; called once the key is going in.
     #[allow(
         clippy::too_many_arguments,
         reason = "the key, its hash, time and guard, and the caller's three hooks (policy, freed place, laid-out state)"
@@ -60,7 +62,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
         guard: &'g Guard,
         policy_of: impl FnOnce(&K) -> Arc<Policy>,
         on_freed: impl FnOnce(Freed),
-        init: impl FnOnce(&Arc<Policy>, u64) -> Option<Vec<u64>>,
+        init: impl FnOnce(&Arc<Policy>, u64, &mut [u64]) -> bool,
     ) -> Result<Node<'g, K>, Refused>
     where
         K: Borrow<Q>,
@@ -162,16 +164,20 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
         let slots = self.slots_for_insert(shard, &mut counts, guard);
         // Small layouts (one limit of up to ~30 slots) start on the stack: no allocation
         // beyond the node.
+        // A loaded key's state (`Limiter::load`) is laid out by `init` instead.
         let mut small = [0u64; 32];
-        let node = match (init(&policy, now), small.get_mut(..policy.words_per_key())) {
-            // A loaded key's state (`Limiter::load`), laid out for `policy` at `now`.
-            (Some(words), _) if words.len() == policy.words_per_key() => new_node(owned, policy, &words),
-            (_, Some(words)) => {
-                fill_initial(&policy, now, words);
+        let node = match small.get_mut(..policy.words_per_key()) {
+            Some(words) => {
+                if !init(&policy, now, words) {
+                    fill_initial(&policy, now, words);
+                }
                 new_node(owned, policy, words)
             }
-            (_, None) => {
-                let words = initial_words(&policy, now);
+            None => {
+                let mut words = vec![0u64; policy.words_per_key()];
+                if !init(&policy, now, &mut words) {
+                    fill_initial(&policy, now, &mut words);
+                }
                 new_node(owned, policy, &words)
             }
         };

@@ -32,7 +32,7 @@ struct Args {
     #[argh(switch)]
     quick: bool,
     /// run only this report (repeatable): bench_report, memory, idle, accuracy,
-    /// gateway_report, redis_report, memcached, fuzz, spray, room, churn, soak
+    /// gateway_report, redis_report, memcached, fuzz, spray, room, snapshot, churn, soak
     #[argh(option)]
     only: Vec<String>,
     /// seconds of fuzzing per target (default 300; 5 with --quick)
@@ -64,6 +64,7 @@ const REPORTS: &[&str] = &[
     "accuracy",
     "spray",
     "room",
+    "snapshot",
     "churn",
     "soak",
     "fuzz",
@@ -240,6 +241,7 @@ impl Context {
             "soak" if self.quick => self.tool(name, &[], quick),
             "soak" => self.soak(),
             "gateway_report" => self.tool(name, &["--features", "gateway"], quick),
+            "snapshot" => self.tool(name, &["--features", "snapshot"], quick),
             "accuracy" => {
                 let svg = if self.quick {
                     std::env::temp_dir().join("slidegate-accuracy.svg")

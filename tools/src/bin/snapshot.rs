@@ -15,9 +15,10 @@
 //! Reported: the median wall time of each, per key, the file's size, and the bound. After
 //! the first restart-load every key's answer is compared with the saving limiter's at the
 //! same moment (same clock reading; the load ages units by the few ms of wall time the run
-//! takes, so a loaded key may have at most one unit less counted, never more): exits
-//! non-zero if a key has more counted after the load than the original, or if save or
-//! load of 1,000,000 keys takes 1 s or more (with `--quick`, 100,000 keys in 0.1 s).
+//! takes, which may put a unit in the slot before its own: one unit either way): exits
+//! non-zero if a key's answer differs by more than one unit from the original's, or if
+//! save or load of 1,000,000 keys takes 1 s or more (with `--quick`, 100,000 keys in 0.2 s:
+//! see the bound's comment).
 
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Write};
@@ -71,7 +72,12 @@ fn main() -> ExitCode {
 fn run() -> Result<bool, Error> {
     let flags: Flags = argh::from_env();
     let keys: u64 = if flags.quick { 100_000 } else { 1_000_000 };
-    let bound = Duration::from_secs_f64(keys as f64 / 1_000_000.0);
+    // The bound: 1,000,000 keys in under 1 s, on the machine the guide names. The
+    // quick run (CI, on a machine of unknown speed, 100,000 keys) allows twice that rate,
+    // 2 µs a key: it catches a change of kind (a walk or a load gone quadratic, a lock per
+    // key), not a few percent; the figure in the guide is the full run's.
+    let per_key = if flags.quick { 2.0e-6 } else { 1.0e-6 };
+    let bound = Duration::from_secs_f64(keys as f64 * per_key);
     let clock = ManualClock::new();
     clock.set(Duration::from_secs(3600));
     let old = build(&clock)?;

@@ -1,5 +1,6 @@
 //! The figures that compare slidegate with itself: two threads on disjoint keys against one
-//! thread, `sweep()` per key, and check latency while another thread sweeps.
+//! thread, `sweep()` per key, check latency while another thread sweeps, and what
+//! `track_refused` adds to a refusal.
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -284,4 +285,77 @@ pub fn refusal_ages(rounds: usize, budget: Duration, tally: &mut Tally, failures
         figures.join("; "),
         tally.verdict(slowest <= 1.5 * fastest)
     );
+}
+
+/// The key a workload checks `i`-th, from its visit order.
+type KeyOf = fn(&[u64], u64) -> u64;
+
+/// What `LimiterBuilder::track_refused(128)` adds to a refusal (for `top_refused`): the
+/// same refusals on a limiter without it and one with it, on a frozen clock, rotated round
+/// by round, medians. Three workloads: one hot key refused again and again
+/// (`per_minute(1)`, admitted once); 1,000 keys refused in a random order (more keys than
+/// the summary holds); and a new key on every check, refused because its cost is over the
+/// limit's `max` (the spray a summary must not clone every key of). No target: the guide
+/// quotes the difference beside the refusal itself. A check admitted (none should be) is
+/// pushed onto `failures`.
+pub fn tracked_refusals(rounds: usize, budget: Duration, failures: &mut Vec<String>) {
+    let build = |tracked: bool| {
+        let builder = Limiter::<u64>::builder().limit(Limit::per_minute(1)).clock(ManualClock::new());
+        if tracked { builder.track_refused(128) } else { builder }.build()
+    };
+    let (Ok(plain), Ok(tracked)) = (build(false), build(true)) else {
+        return failures.push("tracked refusals: the limit does not build".to_owned());
+    };
+    // Keys 1,000 to 1,999 inserted in one random order (each admitted once), visited in
+    // another (a permutation of the same keys, unrelated to the insertion order).
+    let few = workloads::shuffled(FEW_KEYS, FEW_KEYS);
+    for limiter in [&plain, &tracked] {
+        let _ = limiter.check(&7);
+        for key in &few {
+            let _ = limiter.check(key);
+        }
+    }
+    let visits: Vec<u64> = workloads::shuffled(0, FEW_KEYS).iter().map(|&i| few[i as usize]).collect();
+    // (name, cost, the key of check i)
+    let plan: [(&str, u64, KeyOf); 3] = [
+        ("one hot key", 1, |_, _| 7),
+        ("1,000 keys, random order", 1, |keys, i| keys[(i % keys.len() as u64) as usize]),
+        ("a new key each (cost over max)", 2, |_, i| (1 << 40) + i),
+    ];
+    let mut spray_next = 0u64;
+    let mut time = |limiter: &Limiter<u64>, case: usize, iters: u64| {
+        let (_, cost, key) = plan[case];
+        let start = Instant::now();
+        let mut admitted = 0u64;
+        for i in 0..iters {
+            let k = key(&visits, i + spray_next);
+            admitted += u64::from(black_box(limiter.check_n(black_box(&k), cost)).is_allowed());
+        }
+        spray_next += iters;
+        (start.elapsed().as_nanos() as f64 / iters as f64, admitted)
+    };
+    let iters = iterations(time(&plain, 0, 10_000).0, budget);
+    let mut ns = vec![[Vec::new(), Vec::new()]; plan.len()];
+    for round in 0..rounds {
+        for case in 0..plan.len() {
+            let sides = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+            for side in sides {
+                let limiter = if side == 0 { &plain } else { &tracked };
+                let (figure, admitted) = time(limiter, case, iters);
+                if admitted > 0 {
+                    failures.push(format!("tracked refusals, {}: {admitted} checks admitted", plan[case].0));
+                }
+                ns[case][side].push(figure);
+            }
+        }
+    }
+    let figures: Vec<String> = plan
+        .iter()
+        .zip(ns.iter_mut())
+        .map(|((name, _, _), [plain, tracked])| {
+            let (p, t) = (median(plain), median(tracked));
+            format!("{name}: {p:.1} → {t:.1} ns (+{:.1})", t - p)
+        })
+        .collect();
+    println!("| a refusal without / with `track_refused(128)` (frozen clock) | {} | — |", figures.join("; "));
 }

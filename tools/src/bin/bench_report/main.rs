@@ -10,7 +10,8 @@
 //! keyed configuration (DashMap with ahash, `QuantaUpkeepClock`). Under the table, each
 //! row's workload (keys, order, clock, policy). Then the figures that compare slidegate
 //! with itself: two threads on disjoint keys against one thread, `sweep()` per key scanned,
-//! and check latency on one thread while another sweeps continuously.
+//! check latency on one thread while another sweeps continuously, and what
+//! `track_refused` adds to a refusal.
 //!
 //! - `--rounds N`: rounds (default 7, 3 with `--quick`).
 //! - `--quick`: fewer, shorter rounds, for CI (well under a minute; the default run takes
@@ -472,6 +473,7 @@ fn main() -> ExitCode {
     println!("|---|---|---|");
     print!("{}", scaling.concat());
     itself::refusal_ages(rounds, short, &mut tally, &mut failures);
+    itself::tracked_refusals(rounds, short, &mut failures);
     if let Err(e) = itself::sweep(quick, rounds, &mut tally) {
         failures.push(format!("sweep: {e}"));
     }
