@@ -32,7 +32,8 @@ use async_trait::async_trait;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::{http_proxy_service, HttpPeer, ProxyHttp, Server, Session};
 use pingora::server::{RunArgs, ShutdownSignal, ShutdownSignalWatch};
-use slidegate::{Decision, Denial, Limit, Limiter, PolicyConfig};
+use slidegate::tower::RateLimitFields;
+use slidegate::{Denial, Limit, Limiter, PolicyConfig};
 
 /// What a request is counted against: its client's address, and its API key if it sends
 /// one. One limiter holds both kinds, each under a policy of its own, so that a request's
@@ -84,53 +85,6 @@ fn ip_key(ip: IpAddr) -> IpAddr {
     }
 }
 
-/// A policy's `RateLimit-Policy` items, `"name";q=max;w=seconds` (an item per limit, named
-/// `name.index` when the policy has several, as the tower layer names them), and the item
-/// names, by limit index.
-struct Advert {
-    policy: String,
-    items: Vec<String>,
-}
-
-impl Advert {
-    fn of(name: &str, limits: &[Limit]) -> Advert {
-        let items: Vec<String> = if limits.len() == 1 {
-            vec![name.to_owned()]
-        } else {
-            (0..limits.len()).map(|i| format!("{name}.{i}")).collect()
-        };
-        let policy = limits
-            .iter()
-            .zip(&items)
-            .map(|(limit, item)| {
-                let window = limit.window();
-                if window.subsec_nanos() == 0 {
-                    format!("\"{item}\";q={};w={}", limit.max(), window.as_secs())
-                } else {
-                    // `w` is whole seconds; a window that is not is advertised by its quota.
-                    format!("\"{item}\";q={}", limit.max())
-                }
-            })
-            .collect::<Vec<_>>()
-            .join(", ");
-        Advert { policy, items }
-    }
-}
-
-/// Seconds, rounded up (at least 1 for any non-zero wait), as `Retry-After` and `t` carry them.
-fn whole_seconds(d: Duration) -> u64 {
-    d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0))
-}
-
-/// `"item";r=remaining`, with `;t=seconds` when the decision says how long to wait.
-fn ratelimit(item: &str, decision: &Decision) -> String {
-    let mut value = format!("\"{item}\";r={}", decision.remaining());
-    if let Some(wait) = decision.retry_after() {
-        value.push_str(&format!(";t={}", whole_seconds(wait)));
-    }
-    value
-}
-
 /// What the proxy answers itself: a status and its fields, with an empty body.
 struct Refusal {
     status: u16,
@@ -153,26 +107,25 @@ struct Fields {
 struct Gate {
     limiter: Arc<Limiter<Client>>,
     upstream: SocketAddr,
-    /// `RateLimit-Policy` of a request without an API key: its IP's policy.
-    ip_policy: String,
-    /// `RateLimit-Policy` of a request with one: its IP's policy and its key's.
+    /// The fields of the IP policy and of the API key policy, formatted as the tower layer
+    /// formats them.
+    ip_fields: RateLimitFields,
+    key_fields: RateLimitFields,
+    /// `RateLimit-Policy` of a request with an API key: its IP's policy and its key's.
     ip_and_key_policy: String,
-    /// The item names of the IP policy and of the API key policy.
-    ip_items: Vec<String>,
-    key_items: Vec<String>,
 }
 
 impl Gate {
     fn new(limiter: Arc<Limiter<Client>>, upstream: SocketAddr) -> Result<Gate, String> {
-        let advert = |name: &str| {
-            limiter.policy(name).map(|p| Advert::of(name, &p.limits)).ok_or(format!("no policy {name}"))
+        let fields = |name: &str| {
+            let policy = limiter.policy(name).ok_or(format!("no policy {name}"))?;
+            RateLimitFields::new(name, &policy.limits).map_err(|e| e.to_string())
         };
-        let (ip, key) = (advert(PER_IP)?, advert(API_KEY)?);
+        let (ip_fields, key_fields) = (fields(PER_IP)?, fields(API_KEY)?);
         Ok(Gate {
-            ip_and_key_policy: format!("{}, {}", ip.policy, key.policy),
-            ip_policy: ip.policy,
-            ip_items: ip.items,
-            key_items: key.items,
+            ip_and_key_policy: format!("{}, {}", ip_fields.policy(), key_fields.policy()),
+            ip_fields,
+            key_fields,
             limiter,
             upstream,
         })
@@ -193,16 +146,15 @@ impl Gate {
             (Some(v), None) => Some(Client::ApiKey(v.as_bytes().to_vec())),
         };
         let (checked, policy) = match &key {
-            Some(key) => (self.limiter.check_all(&[&ip, key], 1), &self.ip_and_key_policy),
-            None => (self.limiter.check_all(&[&ip], 1), &self.ip_policy),
+            Some(key) => (self.limiter.check_all(&[&ip, key], 1), self.ip_and_key_policy.as_str()),
+            None => (self.limiter.check_all(&[&ip], 1), self.ip_fields.policy()),
         };
         // One or two keys: `check_all` takes up to four.
         let checked = checked.map_err(|_| Refusal::bare(500))?;
         // The decision is about the key with the least room, or the one that frees up last.
-        let items = if checked.key() == 0 { &self.ip_items } else { &self.key_items };
+        let of = if checked.key() == 0 { &self.ip_fields } else { &self.key_fields };
         let decision = checked.decision();
-        let item = items.get(decision.tightest_limit()).map_or("", String::as_str);
-        let fields = Fields { policy: policy.clone(), value: ratelimit(item, &decision) };
+        let fields = Fields { policy: policy.to_owned(), value: of.ratelimit(&decision).unwrap_or_default() };
         let status = match decision.denial() {
             None => return Ok(fields),
             Some(Denial::TooManyKeys) => return Err(Refusal::bare(503)),
@@ -212,8 +164,8 @@ impl Gate {
             Some(_) => 429,
         };
         let mut refusal = Refusal { status, fields: Vec::new() };
-        if let Some(wait) = decision.retry_after() {
-            refusal.fields.push(("Retry-After", whole_seconds(wait).to_string()));
+        if let Some(wait) = RateLimitFields::retry_after(&decision) {
+            refusal.fields.push(("Retry-After", wait.to_string()));
         }
         refusal.fields.push(("RateLimit-Policy", fields.policy));
         refusal.fields.push(("RateLimit", fields.value));

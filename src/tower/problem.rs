@@ -4,8 +4,8 @@
 use http::header::{HeaderValue, CONTENT_TYPE};
 use http::Response;
 
+use super::fields::whole_seconds;
 use super::refusal::{Refusal, Refuse};
-use super::route::whole_seconds;
 use super::LayerError;
 
 /// The members every problem object carries (or may), which an extension cannot redefine.

@@ -6,8 +6,9 @@ use std::fmt;
 use http::header::{HeaderValue, RETRY_AFTER};
 use http::{HeaderMap, Response, StatusCode};
 
+use super::fields::whole_seconds;
 use super::problem::ProblemJson;
-use super::route::{fields, whole_seconds, Advert, Route};
+use super::route::{fields, Advert, Route};
 use super::KeyError;
 use crate::{Decision, Denial};
 

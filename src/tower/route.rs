@@ -3,13 +3,13 @@
 
 use std::hash::Hash;
 use std::sync::Arc;
-use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
 use http::header::{HeaderName, HeaderValue};
 use http::HeaderMap;
 use http::Method;
 
+use super::fields::{policy_value, ratelimit_value, whole_seconds};
 use super::{LayerError, RATELIMIT, RATELIMIT_POLICY};
 use crate::layout::Policy as LimiterPolicy;
 use crate::{Decision, Limit, Limiter};
@@ -91,34 +91,10 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Route<K> {
             base.push('.');
             base.push_str(&field_name(self.limiter.tier_name(policy.tier())).unwrap_or_default());
         }
-        let limits: Vec<&Limit> = policy.limits().collect();
-        let items: Vec<String> = if limits.len() == 1 {
-            vec![base]
-        } else {
-            (0..limits.len()).map(|i| format!("{base}.{i}")).collect()
-        };
-        let value = limits
-            .iter()
-            .zip(&items)
-            .map(|(limit, item)| {
-                let window = limit.window();
-                if window.subsec_nanos() == 0 {
-                    format!("\"{item}\";q={};w={}", limit.max(), window.as_secs())
-                } else {
-                    // `w` is whole seconds; a window that is not is advertised by its quota.
-                    format!("\"{item}\";q={}", limit.max())
-                }
-            })
-            .collect::<Vec<_>>()
-            .join(", ");
-        let maxes = limits.iter().map(|l| l.max()).collect();
+        let (value, items) = policy_value(base, policy.limits());
+        let maxes = policy.limits().map(Limit::max).collect();
         Advert { version: policy.version(), policy: HeaderValue::from_str(&value).ok(), items, maxes }
     }
-}
-
-/// Seconds, rounded up (at least 1 for any non-zero duration; saturating near `Duration::MAX`).
-pub(super) fn whole_seconds(d: Duration) -> u64 {
-    d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0))
 }
 
 /// The fields of a decision: `RateLimit-Policy` and `RateLimit`, and with
@@ -155,16 +131,7 @@ const LEGACY: [HeaderName; 3] = [
 pub(super) fn fields(advert: &Advert, decision: &Decision, legacy: bool) -> Option<Fields> {
     let item = advert.items.get(decision.tightest_limit())?;
     let wait = decision.retry_after().map(whole_seconds);
-    // No `format!` machinery: this runs on every request.
-    let mut value = Vec::with_capacity(item.len().saturating_add(32));
-    value.push(b'"');
-    value.extend_from_slice(item.as_bytes());
-    value.extend_from_slice(b"\";r=");
-    push_decimal(&mut value, decision.remaining());
-    if let Some(wait) = wait {
-        value.extend_from_slice(b";t=");
-        push_decimal(&mut value, wait);
-    }
+    let value = ratelimit_value(item, decision);
     let legacy = legacy.then(|| {
         let max = advert.maxes.get(decision.tightest_limit()).copied();
         [
@@ -174,23 +141,4 @@ pub(super) fn fields(advert: &Advert, decision: &Decision, legacy: bool) -> Opti
         ]
     });
     Some(Fields { policy: advert.policy.clone()?, value: HeaderValue::from_bytes(&value).ok()?, legacy })
-}
-
-#[allow(
-    clippy::indexing_slicing,
-    clippy::arithmetic_side_effects,
-    reason = "a u64 has at most 20 digits, each below 10"
-)]
-fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[at..]);
 }
