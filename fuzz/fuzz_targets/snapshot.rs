@@ -22,7 +22,8 @@ const ALGORITHMS: [Algorithm; 4] =
     [Algorithm::SlidingWindow, Algorithm::FixedWindow, Algorithm::SlidingLog, Algorithm::Gcra];
 
 fn limiter(algorithm: Algorithm, clock: &ManualClock) -> Limiter<u64> {
-    let second = if algorithm == Algorithm::Gcra { Limit::per_second(4).burst(6) } else { Limit::per_second(4) };
+    let second =
+        if algorithm == Algorithm::Gcra { Limit::per_second(4).burst(6) } else { Limit::per_second(4) };
     Limiter::<u64>::builder()
         .algorithm(algorithm)
         .limit(second)
