@@ -69,7 +69,8 @@ pub struct Policy {
     /// How states of older versions move to this one when their layout changes.
     pub(crate) carry: Carry,
     /// Unique to this version in the process (0 until `of_tier`): what the tower layer's
-    /// cached headers are keyed by.
+    /// cached headers and a snapshot's policy entries are keyed by (an address could be a
+    /// later version's once this one is freed).
     pub(crate) version: u64,
 }
 
@@ -253,7 +254,7 @@ impl Policy {
     }
 
     /// Unique to this version of a named policy in the process.
-    #[cfg(feature = "tower")]
+    #[cfg(any(feature = "tower", feature = "serde"))]
     pub(crate) fn version(&self) -> u64 {
         self.version
     }

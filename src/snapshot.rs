@@ -27,7 +27,10 @@
 //!   [`Limiter::update_policy`] carries them, each into the slot that holds the end of its
 //!   saved slot); a limit with none starts empty; a saved limit no limit takes is dropped.
 //! - **Bounded.** A key that finds the table full (no idle key gives its place, see
-//!   [`WhenFull`](crate::WhenFull)) is counted in [`SnapshotStats::full`], not inserted.
+//!   [`WhenFull`](crate::WhenFull); a load never evicts a live key) is counted in
+//!   [`SnapshotStats::full`], not inserted. A count over what one entry holds (2³²−1
+//!   units: a GCRA lead, units recorded past `max`) is written as several entries at one
+//!   time, which a load adds up.
 //!
 //! # The format (version 1)
 //! ```text
@@ -91,8 +94,13 @@ pub struct SnapshotStats {
     pub added: u64,
     /// Load: keys whose units had all left their windows (or matched no limit): unchanged.
     pub expired: u64,
-    /// Load: keys not inserted because the table was full.
+    /// Load: keys not inserted because the table was full (no idle key gave its place: a
+    /// load never evicts a live key, whatever [`WhenFull`](crate::WhenFull) says).
     pub full: u64,
+    /// Load: keys other threads moved or removed each time the load came to merge them (a
+    /// policy replaced again and again, or the key swept or reset between the load's insert
+    /// and its merge, four times over): not loaded.
+    pub raced: u64,
     /// Bytes written or read.
     pub bytes: u64,
 }
@@ -188,8 +196,12 @@ where
 {
     /// Writes every held key's counts to `writer` (buffered here), while checks go on: one
     /// key at a time, each limit as of one moment (a check racing the save may be in it or
-    /// not), nothing held in memory but the key being written. Keys inserted or removed during the save may be in it or not. See
-    /// [the module docs](crate::guide::reliability) for the format and what a load does.
+    /// not); a key that moves while the save walks its shard (a policy change, a load) is
+    /// read where it moved. A shard's records (a 64th of the keys) are encoded while the walk
+    /// holds its nodes and written once it has let them go: a slow `writer` holds up no
+    /// memory reclamation, and no more than that is held in memory. Keys inserted or removed
+    /// during the save may be in it or not. See [the reliability
+    /// guide](crate::guide::reliability) for the format and what a load does.
     ///
     /// ```
     /// use slidegate::{Limit, Limiter};
@@ -209,58 +221,64 @@ where
     /// ```
     pub fn save(&self, writer: impl Write) -> Result<SnapshotStats, SnapshotError> {
         let mut out = Checked::new(BufWriter::with_capacity(1 << 16, writer));
-        let saved_at = wall_nanos();
+        // The limiter's clock first: the wall-clock time a load ages units by then counts
+        // from no earlier than the ages' reference (never less conservative).
         let start = self.clock_nanos();
+        let saved_at = wall_nanos();
         out.put(MAGIC)?;
         out.put(&[SNAPSHOT_VERSION])?;
         out.put(&saved_at.to_le_bytes())?;
-        let mut policies: Vec<usize> = Vec::new();
-        // One item at a time: encoded here, then written (and summed) in one piece.
-        let mut item = Vec::new();
+        // The policy versions met so far, by their number (unique in the process: an
+        // address could be reused by a later version once the walk lets an old one go).
+        let mut policies: Vec<u64> = Vec::new();
+        // A shard's items, encoded while the walk holds its nodes and written once it has
+        // let them go (a slow writer then holds up no grace period): a 64th of the keys.
+        let shard = std::cell::RefCell::new(Vec::new());
         let mut keys = 0u64;
-        self.each_saved(|key, name, policy, _, history| {
-            item.clear();
-            let version = std::ptr::from_ref(policy) as usize;
-            let index = match policies.iter().position(|&v| v == version) {
-                Some(index) => index,
-                None => {
-                    item.push(POLICY);
-                    bytes(&mut item, name.as_bytes());
-                    let limits: Vec<String> = policy.limits().map(Limit::to_string).collect();
-                    item.push(u8::try_from(limits.len()).unwrap_or(u8::MAX));
-                    for limit in &limits {
-                        bytes(&mut item, limit.as_bytes());
+        self.each_saved(
+            |key, name, policy, _, history| {
+                let mut guard = shard.borrow_mut();
+                let shard: &mut Vec<u8> = &mut guard;
+                let version = policy.version();
+                let index = match policies.iter().position(|&v| v == version) {
+                    Some(index) => index,
+                    None => {
+                        shard.push(POLICY);
+                        bytes(shard, name.as_bytes());
+                        let limits: Vec<String> = policy.limits().map(Limit::to_string).collect();
+                        shard.push(u8::try_from(limits.len()).unwrap_or(u8::MAX));
+                        for limit in &limits {
+                            bytes(shard, limit.as_bytes());
+                        }
+                        policies.push(version);
+                        policies.len().saturating_sub(1)
                     }
-                    policies.push(version);
-                    policies.len().saturating_sub(1)
+                };
+                shard.push(KEY);
+                // The key's length goes first: written after the key, then moved into place.
+                let at = shard.len();
+                serde_json::to_writer(&mut *shard, key)
+                    .map_err(|e| SnapshotError::Key { message: e.to_string() })?;
+                let mut len = Vec::with_capacity(4);
+                varint(&mut len, (shard.len().saturating_sub(at)) as u64);
+                shard.splice(at..at, len);
+                varint(shard, index as u64);
+                for entries in &history {
+                    entries_of(shard, entries, start);
                 }
-            };
-            item.push(KEY);
-            // The key's length goes first: written after the key, then moved into place.
-            let at = item.len();
-            serde_json::to_writer(&mut item, key)
-                .map_err(|e| SnapshotError::Key { message: e.to_string() })?;
-            let mut len = Vec::with_capacity(4);
-            varint(&mut len, (item.len().saturating_sub(at)) as u64);
-            item.splice(at..at, len);
-            varint(&mut item, index as u64);
-            for entries in &history {
-                varint(&mut item, entries.len() as u64);
-                for &(at, units) in entries {
-                    // Before the save's start (positive) or during it (negative).
-                    let age = i128::from(start).saturating_sub(i128::from(at));
-                    varint(&mut item, zigzag(i64::try_from(age).unwrap_or(i64::MAX)));
-                    varint(&mut item, units);
-                }
-            }
-            out.put(&item)?;
-            keys = keys.saturating_add(1);
-            Ok::<(), SnapshotError>(())
-        })?;
-        item.clear();
-        item.push(END);
-        varint(&mut item, keys);
-        out.put(&item)?;
+                keys = keys.saturating_add(1);
+                Ok::<(), SnapshotError>(())
+            },
+            || {
+                let mut shard = shard.borrow_mut();
+                out.put(&shard)?;
+                shard.clear();
+                Ok(())
+            },
+        )?;
+        let mut end = vec![END];
+        varint(&mut end, keys);
+        out.put(&end)?;
         let crc = out.crc.clone().finalize();
         out.put(&crc.to_le_bytes())?;
         out.inner.flush()?;
@@ -319,6 +337,7 @@ where
                 Merged::Added => stats.added = stats.added.saturating_add(1),
                 Merged::Nothing => stats.expired = stats.expired.saturating_add(1),
                 Merged::Full => stats.full = stats.full.saturating_add(1),
+                Merged::Raced => stats.raced = stats.raced.saturating_add(1),
             }
         }
         Ok(stats)
@@ -369,6 +388,40 @@ fn varint(out: &mut Vec<u8>, mut n: u64) {
             return;
         }
         out.push(byte | 0x80);
+    }
+}
+
+/// Appends one limit's entries, ages from `start`: a count above [`MAX_UNITS`] (a GCRA lead
+/// or units recorded past `max`) as several entries at the same time, which a load adds up,
+/// as many as fit [`MAX_ENTRIES`] in all; beyond that the count saturates (a limit that
+/// holds more than `MAX_ENTRIES × MAX_UNITS` units refuses for longer than any window).
+fn entries_of(out: &mut Vec<u8>, entries: &[(u64, u64)], start: u64) {
+    let pieces = |units: u64| units.div_ceil(MAX_UNITS).max(1);
+    let mut budget = MAX_ENTRIES;
+    let mut kept: Vec<(u64, u64)> = Vec::with_capacity(entries.len());
+    // The newest first, so that saturation keeps the most recent units.
+    for &(at, units) in entries.iter().rev() {
+        let n = pieces(units).min(budget);
+        if n == 0 {
+            break;
+        }
+        budget = budget.saturating_sub(n);
+        kept.push((at, units.min(n.saturating_mul(MAX_UNITS))));
+    }
+    let count: u64 = kept.iter().map(|&(_, units)| pieces(units)).sum();
+    varint(out, count);
+    for &(at, mut units) in kept.iter().rev() {
+        // Before the save's start (positive) or during it (negative).
+        let age = zigzag(i64::try_from(i128::from(start).saturating_sub(i128::from(at))).unwrap_or(i64::MAX));
+        loop {
+            let piece = units.min(MAX_UNITS);
+            varint(out, age);
+            varint(out, piece);
+            units = units.saturating_sub(piece);
+            if units == 0 {
+                break;
+            }
+        }
     }
 }
 

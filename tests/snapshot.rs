@@ -438,3 +438,173 @@ fn keys_of_any_serde_type_round_trip() {
     assert!(matches!(strings.load(&file[..]), Err(SnapshotError::Key { .. })));
     assert!(strings.is_empty());
 }
+
+/// A key whose serialisation (the save runs it while it walks a shard) first makes what
+/// other threads could do meanwhile: every shard's array rebuilt (new keys), then every key
+/// moved to a new policy version (`update_policy`, then a cost-0 check of each). The walk
+/// still holds the arrays it loaded, whose nodes are now the moved-out states: it must look
+/// each such key up again, or the keys held throughout with units go missing from the save.
+mod meddling {
+    use std::cell::RefCell;
+    use std::sync::Arc;
+
+    use serde::{Deserialize, Serialize, Serializer};
+    use slidegate::{Carry, Limit, Limiter, PolicyConfig};
+
+    #[derive(Clone, PartialEq, Eq, Hash, Debug, Deserialize)]
+    pub struct Key(pub String);
+
+    thread_local! {
+        /// The limiter to meddle with, taken (once) by the first key serialised.
+        pub static ARMED: RefCell<Option<Arc<Limiter<Key>>>> = const { RefCell::new(None) };
+    }
+
+    pub const KEYS: u64 = 2000;
+
+    impl Serialize for Key {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            if let Some(limiter) = ARMED.with(|a| a.borrow_mut().take()) {
+                for j in 0..4 * KEYS {
+                    let _ = limiter.check(&Key(format!("new{j}")));
+                }
+                let moved =
+                    PolicyConfig::new([Limit::per_minute(1000).precision(std::time::Duration::from_secs(2))]);
+                limiter.update_policy("default", moved, Carry::Conservative).unwrap();
+                for i in 0..KEYS {
+                    let _ = limiter.check_n(&Key(format!("k{i}")), 0);
+                }
+            }
+            self.0.serialize(s)
+        }
+    }
+}
+
+#[test]
+fn a_key_moved_while_the_save_walks_its_shard_is_saved_where_it_moved() {
+    use meddling::{Key, ARMED, KEYS};
+    let clock = ManualClock::new();
+    clock.set(secs(100.0));
+    let build =
+        || Limiter::<Key>::builder().limit(Limit::per_minute(1000)).clock(clock.clone()).build().unwrap();
+    let old = Arc::new(build());
+    for i in 0..KEYS {
+        assert!(old.check_n(&Key(format!("k{i}")), 3).is_allowed());
+    }
+    ARMED.with(|a| *a.borrow_mut() = Some(Arc::clone(&old)));
+    let mut file = Vec::new();
+    old.save(&mut file).unwrap();
+    assert!(ARMED.with(|a| a.borrow().is_none()), "the meddling ran");
+    let new = build();
+    new.load(&file[..]).unwrap();
+    let missing: Vec<u64> =
+        (0..KEYS).filter(|&i| new.peek(&Key(format!("k{i}"))).remaining() > 1000 - 3 - 1).collect();
+    assert!(missing.is_empty(), "{} of {KEYS} keys held throughout are missing from the save", missing.len());
+}
+
+/// A policy version freed during a save (the walk lets each shard's nodes go before the
+/// next) and a later version allocated at its address: the save must name versions by
+/// their number, not their address, or the later version's keys are written under the
+/// earlier one's limits and the stream does not load.
+#[test]
+fn a_policy_version_freed_during_a_save_is_not_confused_with_a_later_one() {
+    const KEYS: u64 = 4000;
+    struct Meddling {
+        out: Vec<u8>,
+        limiter: Arc<Limiter<String>>,
+        calls: usize,
+    }
+    let key = |i: u64| format!("k{i}-{}", "x".repeat(1000));
+    impl std::io::Write for Meddling {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.calls += 1;
+            let l = &self.limiter;
+            let key = |i: u64| format!("k{i}-{}", "x".repeat(1000));
+            let every_key_moves = |limits: Vec<Limit>| {
+                l.update_policy("default", PolicyConfig::new(limits), slidegate::Carry::Conservative)
+                    .unwrap();
+                for i in 0..KEYS {
+                    let _ = l.check_n(&key(i), 0);
+                }
+            };
+            match self.calls {
+                1 => every_key_moves(vec![Limit::per_minute(1000).precision(Duration::from_secs(2))]),
+                // Grace periods pass between the shards' walks: the first version is freed.
+                2..=8 => {
+                    l.sweep();
+                }
+                9 => every_key_moves(vec![Limit::per_minute(1000), Limit::per_second(500)]),
+                _ => {}
+            }
+            self.out.extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    for _ in 0..10 {
+        let clock = ManualClock::new();
+        clock.set(secs(100.0));
+        let build = || {
+            Limiter::<String>::builder().limit(Limit::per_minute(1000)).clock(clock.clone()).build().unwrap()
+        };
+        let old = Arc::new(build());
+        for i in 0..KEYS {
+            assert!(old.check_n(&key(i), 3).is_allowed());
+        }
+        let mut file = Meddling { out: Vec::new(), limiter: Arc::clone(&old), calls: 0 };
+        old.save(&mut file).unwrap();
+        let loaded = build().load(&file.out[..]);
+        assert!(loaded.is_ok(), "the limiter's own save does not load: {loaded:?}");
+    }
+}
+
+/// Counts over what one entry holds (2³²−1 units): a GCRA key recorded twice with the most a
+/// record counts, whose lead is then about 2³³ units. The save splits such a count into
+/// entries a load adds back up; the limiter's own save must always load.
+#[test]
+fn a_count_over_what_one_entry_holds_is_saved_in_pieces() {
+    let clock = ManualClock::new();
+    clock.set(secs(100.0));
+    let build = || limiter(Algorithm::Gcra, &[Limit::per_minute(100)], &clock);
+    let old = build();
+    for i in 0..100 {
+        let _ = old.check(&format!("innocent{i}"));
+    }
+    let _ = old.record("abuser", u64::from(u32::MAX));
+    let _ = old.record("abuser", u64::from(u32::MAX));
+    let wait = old.peek("abuser").retry_after().unwrap();
+    let new = build();
+    new.load(&saved(&old)[..]).unwrap();
+    assert_eq!(new.len(), 101);
+    let loaded = new.peek("abuser").retry_after().unwrap();
+    assert!(loaded + secs(1.0) >= wait, "{loaded:?} against {wait:?}");
+}
+
+/// Loading into a full table that evicts the least recently used key for a new one: a load
+/// takes idle places only, never a live key's (it never lowers a count).
+#[test]
+fn a_load_never_evicts_a_live_key() {
+    let clock = ManualClock::new();
+    clock.set(secs(100.0));
+    let old = limiter(Algorithm::SlidingWindow, &[Limit::per_minute(5)], &clock);
+    for i in 0..10 {
+        assert!(old.check(&format!("loaded{i}")).is_allowed());
+    }
+    let file = saved(&old);
+    let full = Limiter::<String>::builder()
+        .limit(Limit::per_minute(5))
+        .max_keys(4)
+        .when_full(slidegate::WhenFull::EvictLeastRecent)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    for i in 0..4 {
+        assert!(full.check_n(&format!("live{i}"), 5).is_allowed());
+    }
+    let stats = full.load(&file[..]).unwrap();
+    assert_eq!((stats.inserted, stats.full), (0, 10));
+    for i in 0..4 {
+        assert!(!full.check(&format!("live{i}")).is_allowed(), "live{i} lost its units");
+    }
+}

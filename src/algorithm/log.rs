@@ -134,6 +134,28 @@ impl Log {
         }
     }
 
+    /// Lays out the limit's log of a state no other thread sees yet, empty until now, as
+    /// holding `entries` (`(time, units)`, oldest first): the newest [`Counter::MOST`] stamps
+    /// in one snapshot (one allocation, not one per entry as commits would make). The
+    /// newest stamp, for `touched` to cover; `None` if there are none.
+    #[cfg(feature = "serde")]
+    pub(crate) fn lay_out(state: &Words, rule: &Rule, entries: &[(u64, u64)]) -> Option<u64> {
+        let mut stamps: Vec<u64> = Vec::new();
+        // Newest first, then reversed: the newest `MOST` are what every decision needs.
+        for &(at, units) in entries.iter().rev() {
+            let room = (Log::MOST as usize).saturating_sub(stamps.len());
+            let n = usize::try_from(units).unwrap_or(usize::MAX).min(room);
+            stamps.resize(stamps.len().saturating_add(n), at);
+        }
+        stamps.reverse();
+        let newest = stamps.last().copied()?;
+        let next = publishable(stamps.len(), |words| words.extend_from_slice(&stamps));
+        // Unshared, empty (`EMPTY`): nothing to race; were it not empty, the entries are
+        // dropped rather than the state's (as a failed commit leaves them).
+        let _ = Log::replace(state, rule, EMPTY, next);
+        Some(newest)
+    }
+
     /// Publishes `next` in place of `seen`; `false` (and `next` freed) if the word changed.
     fn replace(state: &Words, rule: &Rule, seen: u64, next: u64) -> bool {
         // Release pairs with the Acquire loads in `view` and `rollback`: the snapshot's
@@ -296,8 +318,9 @@ impl Counter for Log {
         }
         // SAFETY: `view.seen` was loaded in `view` under the pin the caller holds.
         let entries = unsafe { entries(view.seen) };
+        // As stamped (a racing check's clock may be ahead of `now`: a load places a unit no
+        // later than its own time anyway).
         for &t in entries.get(view.first..).unwrap_or_default() {
-            let t = t.min(now);
             match out.last_mut() {
                 Some((last, units)) if *last == t => *units = units.saturating_add(1),
                 _ => out.push((t, 1)),

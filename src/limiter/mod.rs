@@ -53,7 +53,7 @@ use crate::metrics::Metrics;
 use crate::offenders::Offenders;
 use crate::policy::Tiers;
 use crate::protocol::{Outcome, OwnedState};
-use crate::table::{Change, Freed, Node, Refused, Table};
+use crate::table::{Change, Freed, Hooks, Node, Refused, Table};
 
 use admin::move_state;
 pub use builder::LimiterBuilder;
@@ -328,12 +328,15 @@ where
                     _ => policy,
                 }
             },
-            // A key that gave its place is an eviction, as a sweep's.
-            |freed| match freed {
-                Freed::Idle => shared.metrics.evicted(1),
-                Freed::Evicted => shared.metrics.evicted_live(),
+            Hooks {
+                // A key that gave its place is an eviction, as a sweep's.
+                on_freed: |freed| match freed {
+                    Freed::Idle => shared.metrics.evicted(1),
+                    Freed::Evicted => shared.metrics.evicted_live(),
+                },
+                init: |_: &Arc<Policy>, _: u64, _: &mut [u64]| false,
+                may_evict: true,
             },
-            |_, _, _| false,
         )?;
         shared.metrics.keys(shared.table.len());
         Ok(node)

@@ -5,12 +5,13 @@
 //! counts are and how they are laid back out is `protocol/snapshot.rs`'s.
 
 use std::hash::Hash;
+use std::sync::Arc;
 
 use crate::grace;
 use crate::layout::Policy;
 use crate::limit::Limit;
 use crate::protocol::{replay_into, History};
-use crate::table::{Change, Freed, Refused};
+use crate::table::{Change, Freed, Hooks, Refused};
 
 use super::admin::move_state;
 use super::Limiter;
@@ -26,10 +27,18 @@ pub(crate) enum Merged {
     Full,
     /// Nothing loaded counts any more in a limit of its policy: left as it was.
     Nothing,
+    /// Other threads moved or removed the key each time the merge came to it (a policy
+    /// changed again and again, sweeps or resets): not loaded.
+    Raced,
 }
 
-/// How many times a merge into a held key follows it through policy changes racing it.
+/// How many times a merge follows its key through other threads' changes racing it (a
+/// policy change moving it, a sweep or a reset removing it between the insert that found
+/// it and the merge).
 const MERGE_ROUNDS: usize = 4;
+
+/// How many times the walk of a save looks a key up again that it met moved or retired.
+const LOOKUPS: usize = 4;
 
 impl<K> Limiter<K>
 where
@@ -37,30 +46,49 @@ where
 {
     /// Calls `f` with every held key, its policy's name and version, and what each limit of
     /// that version counts at the time the limiter's clock reads then (per key: the walk
-    /// takes a while), until `f` returns an error. Expired keys are passed over. Checks,
-    /// inserts and sweeps go on meanwhile: a key inserted or removed during the walk may
-    /// be met or not; one held throughout is met once.
+    /// takes a while), and `shard_done` after each shard, once the walk no longer holds any
+    /// node, until one returns an error. Expired keys are passed over. Checks, inserts and
+    /// sweeps go on meanwhile: a key inserted or removed during the walk may be met or not;
+    /// one held throughout is met once. A key whose node the walk meets retired or moved
+    /// (a policy change, a load's merge, a replacement of an expired state, since the walk
+    /// loaded the shard's array) is looked up again, and read where it lives now.
     pub(crate) fn each_saved<E>(
         &self,
         mut f: impl FnMut(&K, &str, &Policy, u64, History) -> Result<(), E>,
+        mut shard_done: impl FnMut() -> Result<(), E>,
     ) -> Result<(), E> {
         let shared = &*self.shared;
         for shard in 0..shared.table.shards() {
             // Pinned per shard, not for the whole walk: the grace periods of frees go on.
             let guard = grace::pin();
             let mut result = Ok(());
-            shared.table.for_each_in_shard(shard, &guard, |node| {
+            shared.table.for_each_in_shard(shard, &guard, |met| {
                 if result.is_err() {
                     return;
                 }
-                let now = shared.now.nanos();
-                let state = node.state();
-                let policy = state.policy();
-                if let Some(history) = state.history(now).filter(|h| h.iter().any(|l| !l.is_empty())) {
-                    result = f(node.key(), shared.tiers.name(policy.tier()), policy, now, history);
+                let mut node = met;
+                for _ in 0..LOOKUPS {
+                    let now = shared.now.nanos();
+                    let state = node.state();
+                    let policy = state.policy();
+                    match state.history(now) {
+                        Some(history) => {
+                            if history.iter().any(|l| !l.is_empty()) {
+                                result =
+                                    f(node.key(), shared.tiers.name(policy.tier()), policy, now, history);
+                            }
+                            return;
+                        }
+                        None => match shared.table.get(shared.table.hash(met.key()), met.key(), &guard) {
+                            Some(found) => node = found,
+                            None => return,
+                        },
+                    }
                 }
             });
+            drop(guard);
             result?;
+            shard_done()?;
         }
         Ok(())
     }
@@ -78,47 +106,51 @@ where
         scratch: &mut History,
     ) -> Merged {
         let shared = &*self.shared;
-        let now = shared.now.nanos();
         let guard = grace::pin();
         let hash = shared.table.hash(key);
         let tier = shared.tiers.index(policy).unwrap_or_else(|| self.tier_of(key));
-        let mut inserted = false;
-        let mut nothing = false;
-        let node = shared.table.insert(
-            hash,
-            key,
-            now,
-            &guard,
-            |owned| match self.override_of::<K>(owned) {
-                Some(set) => shared.tiers.current(set),
-                None => shared.tiers.current(tier),
-            },
-            |freed| match freed {
-                Freed::Idle => shared.metrics.evicted(1),
-                Freed::Evicted => shared.metrics.evicted_live(),
-            },
-            |policy, now, words| {
-                inserted = true;
-                matched(policy, limits, now, scratch);
-                nothing = scratch.iter().all(Vec::is_empty);
-                replay_into(policy, scratch, now, words);
-                true
-            },
-        );
-        match node {
-            Err(Refused::Full) => return Merged::Full,
-            Ok(_) if inserted => {
-                shared.metrics.keys(shared.table.len());
-                // A key whose loaded units have all left its windows is held as a fresh one
-                // (the sweeper takes it), as a check of cost 0 never inserts one: rare, and
-                // no different from a key checked once and idle since.
-                return if nothing { Merged::Nothing } else { Merged::Inserted };
-            }
-            Ok(_) => {}
-        }
-        let mut added = None;
         for _ in 0..MERGE_ROUNDS {
-            shared.table.update(hash, key, &guard, now, |node, now| {
+            let now = shared.now.nanos();
+            let mut inserted = None;
+            let node = shared.table.insert(
+                hash,
+                key,
+                now,
+                &guard,
+                |owned| match self.override_of::<K>(owned) {
+                    Some(set) => shared.tiers.current(set),
+                    None => shared.tiers.current(tier),
+                },
+                Hooks {
+                    on_freed: |freed| match freed {
+                        Freed::Idle => shared.metrics.evicted(1),
+                        Freed::Evicted => shared.metrics.evicted_live(),
+                    },
+                    init: |policy: &Arc<Policy>, now: u64, words: &mut [u64]| {
+                        matched(policy, limits, now, scratch);
+                        inserted = Some(scratch.iter().all(Vec::is_empty));
+                        replay_into(policy, scratch, now, words);
+                        true
+                    },
+                    // A load never evicts a live key: it never lowers a count.
+                    may_evict: false,
+                },
+            );
+            match (node, inserted) {
+                (Err(Refused::Full), _) => return Merged::Full,
+                (Ok(_), Some(nothing)) => {
+                    shared.metrics.keys(shared.table.len());
+                    // A key whose loaded units all left its windows is held as a fresh one
+                    // (the sweeper takes it): rare, and no different from a key checked once.
+                    return if nothing { Merged::Nothing } else { Merged::Inserted };
+                }
+                (Ok(_), None) => {}
+            }
+            // Held: merged into its state, under its shard's mutex. A sweep, a reset or a room
+            // search may take the key out after the insert found it (then: insert again), or a
+            // policy change move it (then: merge into the moved state).
+            let mut added = None;
+            let held = shared.table.update(hash, key, &guard, now, |node, now| {
                 let state = node.state();
                 let current = shared.tiers.current(state.policy().tier());
                 if !std::ptr::eq(state.policy(), &*current) {
@@ -131,15 +163,14 @@ where
                     return Change::Keep;
                 }
                 added = Some(Merged::Added);
-                let (merged, at) = state.merge_at(&current, scratch, || now.max(shared.now.nanos()));
+                let (merged, at) = state.merge_at(&current, scratch, || now.max(shared.now.nanos()), &guard);
                 Change::Replace(merged, at)
             });
-            if let Some(added) = added {
+            if let (true, Some(added)) = (held, added) {
                 return added;
             }
         }
-        // Moved again and again by policy changes, or removed meanwhile: merged as a new key.
-        Merged::Nothing
+        Merged::Raced
     }
 }
 

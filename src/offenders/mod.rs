@@ -146,7 +146,12 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Offenders<K> {
     /// passes its longest window); 0 means no decay.
     pub(crate) fn new(capacity: usize, half_life: u64) -> Offenders<K> {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let stripes = cores.clamp(1, MAX_STRIPES);
+        Offenders::with_stripes(capacity, half_life, cores)
+    }
+
+    /// [`new`](Self::new) with `stripes` stripes (1 to 64) whatever the machine's cores.
+    fn with_stripes(capacity: usize, half_life: u64, stripes: usize) -> Offenders<K> {
+        let stripes = stripes.clamp(1, MAX_STRIPES);
         Offenders {
             stripes: (0..stripes).map(|_| CachePadded::new(Mutex::new(Stripe::new()))).collect(),
             capacity: capacity.min(MAX_CAPACITY),
@@ -167,9 +172,10 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Offenders<K> {
             return;
         }
         let epoch = self.epoch(now);
-        if let Some(mut stripe) = self.stripe() {
-            stripe.add(hash, key, units, epoch, self.capacity);
-        }
+        let evicted = self.stripe().and_then(|mut stripe| stripe.add(hash, key, units, epoch, self.capacity));
+        // Dropped once the stripe's lock is given back: a key's `Drop` is the caller's code,
+        // which may check the limiter and be refused (and so come back here).
+        drop(evicted);
     }
 
     /// The `n` keys with the most (decayed) refused units as of `now`, most first; ties by
@@ -395,7 +401,9 @@ impl<K> Stripe<K> {
     }
 
     /// Filtered Space-Saving's step (module docs).
-    fn add<Q>(&mut self, hash: u64, key: &Q, units: u64, epoch: u64, capacity: usize)
+    /// Adds `units` to `key`; returns the key an entering key took the place of (for the
+    /// caller to drop outside the lock).
+    fn add<Q>(&mut self, hash: u64, key: &Q, units: u64, epoch: u64, capacity: usize) -> Option<K>
     where
         K: Borrow<Q>,
         Q: Eq + ToOwned<Owned = K> + ?Sized,
@@ -409,24 +417,24 @@ impl<K> Stripe<K> {
                     self.sift_down(at);
                 }
             }
-            return;
+            return None;
         }
         let bucket = bucket(hash, self.filter.len());
-        let Some(&filtered) = self.filter.get(bucket) else { return };
+        let &filtered = self.filter.get(bucket)?;
         let count = filtered.saturating_add(units);
         if self.entries.len() < capacity {
             // Not full: every filter counter is still 0.
             self.push(key.to_owned(), hash, count, filtered);
-            return;
+            return None;
         }
-        let Some(&smallest) = self.heap.first() else { return };
+        let &smallest = self.heap.first()?;
         if count <= smallest.count {
             if let Some(counter) = self.filter.get_mut(bucket) {
                 *counter = count;
             }
-            return;
+            return None;
         }
-        self.replace(smallest, key.to_owned(), hash, count, filtered);
+        self.replace(smallest, key.to_owned(), hash, count, filtered)
     }
 
     /// The entry number of `key`, if tracked.
@@ -468,18 +476,19 @@ impl<K> Stripe<K> {
     }
 
     /// The smallest entry gives its place to `key`; its count goes to its filter counter,
-    /// which then still bounds the units of every key there not in the summary.
-    fn replace(&mut self, smallest: Node, key: K, hash: u64, count: u64, error: u64) {
-        let Some(old) = self.entries.get(smallest.entry as usize).map(|e| e.hash) else { return };
+    /// which then still bounds the units of every key there not in the summary. Returns the
+    /// key it held.
+    fn replace(&mut self, smallest: Node, key: K, hash: u64, count: u64, error: u64) -> Option<K> {
+        let old = self.entries.get(smallest.entry as usize).map(|e| e.hash)?;
         let bucket = bucket(old, self.filter.len());
         if let Some(counter) = self.filter.get_mut(bucket) {
             *counter = (*counter).max(smallest.count);
         }
         self.remove(old, smallest.entry);
-        if let Some(entry) = self.entries.get_mut(smallest.entry as usize) {
-            entry.key = key;
+        let evicted = self.entries.get_mut(smallest.entry as usize).map(|entry| {
             entry.hash = hash;
-        }
+            std::mem::replace(&mut entry.key, key)
+        });
         if let Some(root) = self.heap.first_mut() {
             root.count = count;
             root.error = error;
@@ -490,6 +499,7 @@ impl<K> Stripe<K> {
         {
             self.entered = self.entered.saturating_add(1);
         }
+        evicted
     }
 
     fn insert(&mut self, hash: u64, number: u32) {

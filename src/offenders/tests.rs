@@ -414,3 +414,42 @@ fn timing() {
     let clones = offenders.entered() - entered;
     eprintln!("refused: hot key {hot_ns:.1} ns, spray of distinct 16-byte String keys {spray_ns:.1} ns ({clones} entered)");
 }
+
+/// A key whose `Drop` is refused by the summary that drops it: the summary must drop the
+/// keys it evicts outside its stripe's lock. With one stripe (one core), dropping under the
+/// lock re-enters `refused`, which finds its own stripe busy and waits for it for ever (the
+/// thread then deadlocks: this test times out).
+#[test]
+fn a_key_dropped_by_the_summary_may_come_back_to_it() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::OnceLock;
+
+    #[derive(Clone, PartialEq, Eq, Hash, Debug)]
+    struct Key(&'static str);
+    static SUMMARY: OnceLock<Offenders<Key>> = OnceLock::new();
+    static ARMED: AtomicBool = AtomicBool::new(false);
+    impl Drop for Key {
+        fn drop(&mut self) {
+            if self.0 == "victim" && ARMED.swap(false, Ordering::SeqCst) {
+                // E.g. a connection handle whose drop charges a disconnect, refused.
+                if let Some(summary) = SUMMARY.get() {
+                    summary.refused(3, &Key("other"), 1, 0);
+                }
+            }
+        }
+    }
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let summary = SUMMARY.get_or_init(|| Offenders::with_stripes(1, NEVER, 1));
+        summary.refused(1, &Key("victim"), 1, 0);
+        ARMED.store(true, Ordering::SeqCst);
+        // "intruder" takes "victim"'s place once its filtered count passes it.
+        for _ in 0..4 {
+            summary.refused(2, &Key("intruder"), 1, 0);
+        }
+        let dropped = !ARMED.load(Ordering::SeqCst);
+        let _ = done.send(dropped);
+    });
+    let dropped = finished.recv_timeout(std::time::Duration::from_secs(10));
+    assert_eq!(dropped, Ok(true), "deadlocked re-entering the summary, or the victim was never dropped");
+}

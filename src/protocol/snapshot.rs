@@ -77,6 +77,17 @@ impl KeyState<'_> {
     fn replay_with<A: Counter>(&self, history: &[Vec<(u64, u64)>]) {
         let _pin = A::pin();
         let mut touched = self.touched();
+        if self.policy.algorithm == Algorithm::SlidingLog {
+            // One snapshot per limit: a commit per entry would copy the log each time (a
+            // stream of many entries of many units would allocate quadratically).
+            for (rule, entries) in self.policy.rules.iter().zip(history) {
+                if let Some(newest) = Log::lay_out(self, rule, entries) {
+                    let view = Log::view(self, rule, newest, false);
+                    let _ = self.cover::<Log>(&mut touched, newest, rule, &view, 1);
+                }
+            }
+            return;
+        }
         for (rule, entries) in self.policy.rules.iter().zip(history) {
             for &(at, units) in entries {
                 let cost = units.min(A::MOST);
@@ -100,11 +111,17 @@ impl KeyState<'_> {
     /// starts over on the new state: the same exactness argument, which this shares
     /// word for word), plus the loaded ones, each in its own slot. Returned with the time
     /// `clock` reads after the reads, as a move is.
+    ///
+    /// `_pinned`: the caller holds a grace-period pin across the call, from before the state
+    /// was found: a sliding log's words read here point to entries that a racing commit may
+    /// replace and defer for freeing, and only a pin held since before that read keeps them
+    /// alive while the history reads them (its own pin comes after the read).
     pub(crate) fn merge_at(
         &self,
         policy: &Arc<Policy>,
         loaded: &[Vec<(u64, u64)>],
         clock: impl FnOnce() -> u64,
+        _pinned: &crate::grace::Guard,
     ) -> (OwnedState, u64) {
         // Relaxed, then AcqRel: as in `migrate_at` (see there).
         let touched = self.word(TOUCHED).swap(MOVED, Ordering::Relaxed);
@@ -117,8 +134,8 @@ impl KeyState<'_> {
         let mut merged: History = vec![Vec::new(); policy.rules.len()];
         if touched < MOVED {
             // A copy no other thread sees, at the time it was last used (a sliding log's
-            // copy shares this state's entries, read under the history's pin and freed
-            // below, after it).
+            // copy shares this state's entries: alive under the caller's pin, released
+            // below once read).
             let mut copy = words;
             set(&mut copy, TOUCHED, touched);
             let copy = OwnedState::from_words(policy, &copy);

@@ -62,7 +62,7 @@ mod writers;
 use memory::words_at;
 pub(crate) use room::Freed;
 pub use room::WhenFull;
-pub(crate) use writers::Change;
+pub(crate) use writers::{Change, Hooks};
 
 /// Shards per table: a rebuild rehashes one shard's keys (at 1 M keys, about 16 k), during
 /// which only inserts into that shard wait; checks never do.

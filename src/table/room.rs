@@ -111,8 +111,9 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
     /// `now`: takes out an idle key of `own` or of other shards ([`LOOK`] keys in `own`,
     /// [`LOOK_OTHERS`] in others), or, with [`WhenFull::EvictLeastRecent`], a key of `own` (or of the
     /// first other shard that holds one): an idle one of [`SAMPLE`] if any, else the least
-    /// recently used of them. The place is the new key's: the table's count of keys is not
-    /// lowered, so no other insert can take it first. `None` when nothing was taken out.
+    /// recently used of them (when `evict`: the table is so built and the insert may). The
+    /// place is the new key's: the table's count of keys is not lowered, so no other insert
+    /// can take it first. `None` when nothing was taken out.
     pub(super) fn make_room(
         &self,
         own: &Shard<K>,
@@ -120,8 +121,8 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
         now: u64,
         hash: u64,
         guard: &Guard,
+        evict: bool,
     ) -> Option<Freed> {
-        let evict = self.when_full == WhenFull::EvictLeastRecent;
         let per_shard = if evict { SAMPLE } else { LOOK };
         // Each shard searched gets slots of its own, so that a sparse array (few keys in
         // many slots, as resets and taken-out keys leave until a sweep shrinks it) cannot

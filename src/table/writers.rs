@@ -19,6 +19,21 @@ use super::memory::{free_node, new_node, SendPtr};
 use super::room::{Freed, WhenFull};
 use super::{tag, tagged, tombstone, untagged, Counts, Header, Node, Refused, Shard, Table, SMALLEST};
 
+/// What a [`Table::insert`] does beyond inserting the key.
+pub(crate) struct Hooks<F, I> {
+    /// Told how a held key made room, if one did (the caller's metrics), once the shard's
+    /// mutex is given back.
+    pub(crate) on_freed: F,
+    /// Lays the new state out instead of a fresh one (a loaded key's counts,
+    /// `Limiter::load`): given the policy, the time and the node's words, it writes them and
+    /// returns `true`. Called once the key is going in.
+    pub(crate) init: I,
+    /// Whether the table's [`WhenFull::EvictLeastRecent`], if it is so built, may evict a
+    /// live key for this one (a check's insert may; a load's does not: it never lowers a
+    /// count). Without it only idle keys make room.
+    pub(crate) may_evict: bool,
+}
+
 /// Runs a function when dropped: declared before a guard, after that guard is dropped
 /// (locals drop in reverse order, on an unwind too).
 struct OnDrop<F: FnOnce()>(Option<F>);
@@ -47,13 +62,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
     /// is later, under the policy `policy_of` chooses (called under the shard's mutex, with
     /// the owned key), unless the key is held already; either way, the key's node. When the
     /// table holds `max_keys` keys, a held key makes room if one can (`room.rs`; `on_freed`
-    /// is told how), else the new key is refused. `init` may lay the state out instead of
-    /// a fresh one (a loaded key's counts, `Limiter::load`): given the policy, the time and
-    /// the node's words, it writes them and returns `true`; called once the key is going in.
-    #[allow(
-        clippy::too_many_arguments,
-        reason = "the key, its hash, time and guard, and the caller's three hooks (policy, freed place, laid-out state)"
-    )]
+    /// is told how), else the new key is refused; [`Hooks`] say what else the caller wants.
     pub(crate) fn insert<'g, Q>(
         &'g self,
         hash: u64,
@@ -61,8 +70,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
         now: u64,
         guard: &'g Guard,
         policy_of: impl FnOnce(&K) -> Arc<Policy>,
-        on_freed: impl FnOnce(Freed),
-        init: impl FnOnce(&Arc<Policy>, u64, &mut [u64]) -> bool,
+        hooks: Hooks<impl FnOnce(Freed), impl FnOnce(&Arc<Policy>, u64, &mut [u64]) -> bool>,
     ) -> Result<Node<'g, K>, Refused>
     where
         K: Borrow<Q>,
@@ -75,7 +83,9 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
         // Acquire: pairs with the Release reservation below, of the insert that filled the
         // table (see `TryLockError::WouldBlock`).
         let full = self.live.load(Ordering::Acquire) >= self.max_keys;
-        let mut counts = if full && self.when_full == WhenFull::Refuse {
+        let Hooks { on_freed, init, may_evict } = hooks;
+        let evict = may_evict && self.when_full == WhenFull::EvictLeastRecent;
+        let mut counts = if full && !evict {
             // A full table does not queue a new key behind a busy shard's mutex unless the
             // key may get in there: under a key spray that is nearly every request, and the
             // legitimate keys' inserts into the same shard must not queue behind it. A free
@@ -136,7 +146,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
             // The RMW still publishes the hint above, as a reservation does (Release: the
             // same pairing), to a check that reads the count it leaves.
             let at = now.max(shard.floor.load(Ordering::Relaxed));
-            freed = self.make_room(shard, &mut counts, at, hash, guard);
+            freed = self.make_room(shard, &mut counts, at, hash, guard, evict);
             if freed.is_some() {
                 // A check of this key that finds the mutex busy and reads the count this
                 // RMW leaves (or a later one) sees the hint above, as a reservation's would
@@ -166,19 +176,23 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
         // beyond the node.
         // A loaded key's state (`Limiter::load`) is laid out by `init` instead.
         let mut small = [0u64; 32];
-        let node = match small.get_mut(..policy.words_per_key()) {
+        // And the time the state was last used at: `now` for a fresh one, a loaded one's
+        // last unit (the room hint below counts its idleness from there).
+        let (node, used) = match small.get_mut(..policy.words_per_key()) {
             Some(words) => {
                 if !init(&policy, now, words) {
                     fill_initial(&policy, now, words);
                 }
-                new_node(owned, policy, words)
+                let used = words.get(TOUCHED).copied().unwrap_or(now).min(now);
+                (new_node(owned, policy, words), used)
             }
             None => {
                 let mut words = vec![0u64; policy.words_per_key()];
                 if !init(&policy, now, &mut words) {
                     fill_initial(&policy, now, &mut words);
                 }
-                new_node(owned, policy, &words)
+                let used = words.get(TOUCHED).copied().unwrap_or(now).min(now);
+                (new_node(owned, policy, &words), used)
             }
         };
         let mut free = None;
@@ -202,7 +216,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
         // node stored just above.
         shard.inserting.store(0, Ordering::Release);
         counts.live = counts.live.saturating_add(1);
-        counts.inserted(self.hint(shard), at, now, expiry);
+        counts.inserted(self.hint(shard), at, used, expiry);
         if was_empty {
             counts.used = counts.used.saturating_add(1);
         }
