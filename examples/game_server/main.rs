@@ -3,7 +3,11 @@
 //!
 //! `cargo run --release --example game_server --features tokio` runs server and bots for 5 seconds and
 //! prints, every second, what each player got through and what was throttled: the spammers
-//! are held to the limits, the well-behaved players never notice them.
+//! are held to the limits, the well-behaved players never notice them. Each second ends
+//! with the top offenders, as an operator would ask the server for them: the three players
+//! the limiters refused the most ([`Limiter::top_refused`](slidegate::Limiter::top_refused),
+//! moves and chat added up). Those are recent totals, not the second's: each limiter halves
+//! its counts every longest window (a minute for moves, 10 s for chat).
 //!
 //! Options: `--seconds N` (default 5); `--listen ADDR` (default `127.0.0.1:0`); `--serve`
 //! (no bots: serve until Ctrl-C, and try it with
@@ -12,11 +16,12 @@
 #[path = "server.rs"]
 mod server;
 
+use std::cmp::Reverse;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use server::{serve, Rules, Stats};
+use server::{serve, Rules, Stats, TRACK_REFUSED};
 use tokio::net::UdpSocket;
 use tokio::sync::watch;
 
@@ -57,6 +62,27 @@ async fn bot(
     }
 }
 
+/// The `n` players refused the most, moves and chat added up, as `99 (1040 moves, 12 chat)`.
+fn top_offenders(rules: &Rules, n: usize) -> String {
+    let mut refused: BTreeMap<u32, [u64; 2]> = BTreeMap::new();
+    for (limiter, kind) in [(&rules.moves, 0), (&rules.chat, 1)] {
+        for (player, units) in limiter.top_refused(TRACK_REFUSED) {
+            refused.entry(player).or_default()[kind] += units;
+        }
+    }
+    let mut ranked: Vec<(u32, [u64; 2])> = refused.into_iter().collect();
+    ranked.sort_by_key(|&(player, [moves, chat])| (Reverse(moves + chat), player));
+    if ranked.is_empty() {
+        return "none".to_owned();
+    }
+    ranked
+        .iter()
+        .take(n)
+        .map(|(player, [moves, chat])| format!("{player} ({moves} moves, {chat} chat)"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// a UDP game server that rate-limits each player's moves and chat, with built-in bots.
 #[derive(argh::FromArgs)]
 struct Args {
@@ -79,7 +105,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let addr = socket.local_addr()?;
     let stats = Stats::default();
     let (stop, stopped) = watch::channel(false);
-    let server = tokio::spawn(serve(socket, Rules::new(None)?, stats.clone(), stopped.clone()));
+    let rules = Rules::new(None)?;
+    let server = tokio::spawn(serve(socket, rules.clone(), stats.clone(), stopped.clone()));
     println!("game server on udp://{addr}: moves 30/s and 600/min per player, chat 5 per 10 s");
 
     if args.serve {
@@ -127,6 +154,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 d - pd
             );
         }
+        println!("{second:>6} | top refused: {}", top_offenders(&rules, 3));
         before = now;
     }
     stop_bots.send(true)?;

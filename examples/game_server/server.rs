@@ -27,12 +27,20 @@ pub type Stats = Arc<Mutex<BTreeMap<u32, [u64; 4]>>>;
 /// (a player idle for a minute holds no count). Far above the players one server hosts.
 pub const MAX_PLAYERS: usize = 10_000;
 
+/// How many refused players each limiter keeps track of, for `top_refused` (the summary's
+/// "top refused" line): far more than the players worth listing, few enough to cost
+/// nothing.
+pub const TRACK_REFUSED: usize = 64;
+
 /// The two limiters of the game: moves at most 30 per second and 600 per minute (a client
 /// sending 30/s for more than 20 s is throttled too), chat at most 5 per 10 seconds; each
-/// tracks at most [`MAX_PLAYERS`] players.
+/// tracks at most [`MAX_PLAYERS`] players, and the [`TRACK_REFUSED`] players it refuses the
+/// most. A clone shares the limiters: the server checks with one, the summary reads
+/// `top_refused` from another.
+#[derive(Clone)]
 pub struct Rules {
-    pub moves: Limiter<u32>,
-    pub chat: Limiter<u32>,
+    pub moves: Arc<Limiter<u32>>,
+    pub chat: Arc<Limiter<u32>>,
 }
 
 impl Rules {
@@ -42,16 +50,18 @@ impl Rules {
             .name("moves")
             .limit(Limit::per_second(30))
             .limit(Limit::per_minute(600))
-            .max_keys(MAX_PLAYERS);
+            .max_keys(MAX_PLAYERS)
+            .track_refused(TRACK_REFUSED);
         let mut chat = Limiter::builder()
             .name("chat")
             .limit(Limit::new(5, Duration::from_secs(10)))
-            .max_keys(MAX_PLAYERS);
+            .max_keys(MAX_PLAYERS)
+            .track_refused(TRACK_REFUSED);
         if let Some(clock) = clock {
             moves = moves.clock(clock.clone());
             chat = chat.clock(clock.clone());
         }
-        Ok(Rules { moves: moves.build()?, chat: chat.build()? })
+        Ok(Rules { moves: Arc::new(moves.build()?), chat: Arc::new(chat.build()?) })
     }
 
     /// The answer to one datagram, and which stat it counts towards.
