@@ -238,14 +238,18 @@ fn load_file(dir: &Path, name: &str, load: impl FnOnce(File) -> Result<SnapshotS
         }
         Err(e) => println!("  {name:<8} cannot open {shown} ({e}): starts empty"),
         Ok(file) => match load(file) {
-            Ok(s) => println!(
-                "  {name:<8} loaded {shown}: {} ({} inserted, {} expired, {} not inserted: table full), {} bytes",
-                keys(s.keys),
-                s.inserted,
-                s.expired,
-                s.full,
-                s.bytes
-            ),
+            Ok(s) => {
+                // Keys moved or removed by checks meanwhile: none before the first request.
+                let raced = if s.raced > 0 { format!(", {} raced", s.raced) } else { String::new() };
+                println!(
+                    "  {name:<8} loaded {shown}: {} ({} inserted, {} expired, {} not inserted: table full{raced}), {} bytes",
+                    keys(s.keys),
+                    s.inserted,
+                    s.expired,
+                    s.full,
+                    s.bytes
+                );
+            }
             Err(e) => println!(
                 "  {name:<8} cannot load {shown} ({e}): starts empty; the file is replaced at shutdown"
             ),
