@@ -88,6 +88,10 @@ const MAX_ENTRIES: u64 = MAX_LOG_UNITS + MAX_SLOTS + 2;
 pub struct SnapshotStats {
     /// Keys in the snapshot: written by a save, read by a load.
     pub keys: u64,
+    /// Save: keys left out because a load would refuse their record, which would make the
+    /// whole snapshot unloadable: a key whose JSON is over 64 KiB, a policy name over
+    /// 1 KiB, more than 65,536 policy versions in one save.
+    pub skipped: u64,
     /// Load: keys not held, inserted with their counts.
     pub inserted: u64,
     /// Load: keys held, the loaded counts added to theirs.
@@ -230,17 +234,25 @@ where
         out.put(&saved_at.to_le_bytes())?;
         // The policy versions met so far, by their number (unique in the process: an
         // address could be reused by a later version once the walk lets an old one go).
-        let mut policies: Vec<u64> = Vec::new();
+        let mut policies: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
         // A shard's items, encoded while the walk holds its nodes and written once it has
         // let them go (a slow writer then holds up no grace period): a 64th of the keys.
         let shard = std::cell::RefCell::new(Vec::new());
-        let mut keys = 0u64;
+        let (mut keys, mut skipped) = (0u64, 0u64);
         self.each_saved(
             |key, name, policy, _, history| {
                 let mut guard = shard.borrow_mut();
                 let shard: &mut Vec<u8> = &mut guard;
+                // What a load would refuse is not written (one such record would make the
+                // whole snapshot unloadable): the key is left out, and counted.
                 let version = policy.version();
-                let index = match policies.iter().position(|&v| v == version) {
+                let known = policies.get(&version).copied();
+                if known.is_none() && (name.len() as u64 > MAX_NAME_BYTES || policies.len() >= MAX_POLICIES) {
+                    skipped = skipped.saturating_add(1);
+                    return Ok(());
+                }
+                let begin = shard.len();
+                let index = match known {
                     Some(index) => index,
                     None => {
                         shard.push(POLICY);
@@ -250,8 +262,7 @@ where
                         for limit in &limits {
                             bytes(shard, limit.as_bytes());
                         }
-                        policies.push(version);
-                        policies.len().saturating_sub(1)
+                        policies.len()
                     }
                 };
                 shard.push(KEY);
@@ -259,8 +270,17 @@ where
                 let at = shard.len();
                 serde_json::to_writer(&mut *shard, key)
                     .map_err(|e| SnapshotError::Key { message: e.to_string() })?;
+                let written = shard.len().saturating_sub(at) as u64;
+                if written > MAX_KEY_BYTES {
+                    shard.truncate(begin);
+                    skipped = skipped.saturating_add(1);
+                    return Ok(());
+                }
+                if known.is_none() {
+                    policies.insert(version, index);
+                }
                 let mut len = Vec::with_capacity(4);
-                varint(&mut len, (shard.len().saturating_sub(at)) as u64);
+                varint(&mut len, written);
                 shard.splice(at..at, len);
                 varint(shard, index as u64);
                 for entries in &history {
@@ -282,7 +302,7 @@ where
         let crc = out.crc.clone().finalize();
         out.put(&crc.to_le_bytes())?;
         out.inner.flush()?;
-        Ok(SnapshotStats { keys, bytes: out.bytes, ..SnapshotStats::default() })
+        Ok(SnapshotStats { keys, skipped, bytes: out.bytes, ..SnapshotStats::default() })
     }
 
     /// Merges a snapshot written by [`save`](Self::save) into this limiter, while checks go

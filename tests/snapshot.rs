@@ -608,3 +608,214 @@ fn a_load_never_evicts_a_live_key() {
         assert!(!full.check(&format!("live{i}")).is_allowed(), "live{i} lost its units");
     }
 }
+
+/// Races of a save and a load with other threads, and bounds a save must keep: from an
+/// independent review of the feature, each failing before its fix.
+mod review {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use slidegate::{Limit, Limiter, ManualClock};
+
+    static SLOW: AtomicBool = AtomicBool::new(false);
+
+    #[derive(Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+    struct Key(String);
+
+    impl Clone for Key {
+        fn clone(&self) -> Self {
+            // The node's key is cloned by `apply` (Change::Replace) under the shard's mutex,
+            // after the old state was marked MOVED: a slow clone widens that window (any move
+            // of a long sliding log takes microseconds there anyway).
+            if SLOW.swap(false, Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(400));
+            }
+            Key(self.0.clone())
+        }
+    }
+
+    #[test]
+    fn a_key_held_throughout_a_save_is_saved_even_while_it_is_being_moved() {
+        let clock = ManualClock::new();
+        clock.set(Duration::from_secs(100));
+        let build =
+            || Limiter::<Key>::builder().limit(Limit::per_minute(10)).clock(clock.clone()).build().unwrap();
+        let limiter = Arc::new(build());
+        let key = Key("a".into());
+        for _ in 0..3 {
+            assert!(limiter.check(&key).is_allowed());
+        }
+        let mut first = Vec::new();
+        limiter.save(&mut first).unwrap();
+        SLOW.store(true, Ordering::SeqCst);
+        let loader = {
+            let limiter = Arc::clone(&limiter);
+            std::thread::spawn(move || limiter.load(&first[..]).unwrap())
+        };
+        std::thread::sleep(Duration::from_millis(150));
+        let mut second = Vec::new();
+        let stats = limiter.save(&mut second).unwrap();
+        let loaded = loader.join().unwrap();
+        assert_eq!(loaded.added, 1);
+        assert_eq!(stats.keys, 1, "key 'a' (6 units, held throughout) is missing from the save");
+    }
+
+    mod full {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        use std::time::Duration;
+
+        use slidegate::{Limit, Limiter, ManualClock};
+
+        static SLOW_X: AtomicBool = AtomicBool::new(false);
+
+        #[derive(Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+        pub struct Key(pub String);
+
+        impl Clone for Key {
+            fn clone(&self) -> Self {
+                // `to_owned` of a new key runs under its shard's mutex (`Table::insert`).
+                if self.0.starts_with('x') && SLOW_X.swap(false, Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(400));
+                }
+                Key(self.0.clone())
+            }
+        }
+
+        fn keys_in(
+            limiter: &Limiter<Key>,
+            prefix: &str,
+            shard: Option<usize>,
+            not: &[usize],
+            n: usize,
+        ) -> Vec<Key> {
+            (0..100_000)
+                .map(|i| Key(format!("{prefix}{i}")))
+                .filter(|k| {
+                    let s = limiter.shard_of(k);
+                    shard.map_or(true, |want| s == want) && !not.contains(&s)
+                })
+                .take(n)
+                .collect()
+        }
+
+        /// A full table with two idle keys in shard A and live ones elsewhere; a check of a new
+        /// key X in shard B holds B's mutex (its `to_owned`) after taking one idle key. A load
+        /// of key K, also in B, meanwhile is refused at once (`Merged::Full`, its saved units
+        /// dropped) although the other idle key would make room once B's mutex is free.
+        #[test]
+        fn a_load_is_not_dropped_because_its_shard_is_busy_for_a_moment() {
+            let clock = ManualClock::new();
+            clock.set(Duration::from_secs(100));
+            let build = |max| {
+                Limiter::<Key>::builder()
+                    .limit(Limit::per_minute(10))
+                    .max_keys(max)
+                    .clock(clock.clone())
+                    .build()
+                    .unwrap()
+            };
+            let old = build(100);
+            let limiter = Arc::new(build(4));
+            let k = keys_in(&limiter, "k", None, &[], 1).remove(0);
+            let b = limiter.shard_of(&k);
+            let x = keys_in(&limiter, "x", Some(b), &[], 1).remove(0);
+            let idle = keys_in(&limiter, "i", None, &[b], 2);
+            let a = limiter.shard_of(&idle[0]);
+            let idle: Vec<Key> = keys_in(&limiter, "i", Some(a), &[], 2);
+            let live = keys_in(&limiter, "l", Some(b), &[], 1).remove(0);
+            let other = keys_in(&limiter, "m", None, &[a, b], 1).remove(0);
+            for key in &idle {
+                assert!(limiter.check(key).is_allowed());
+            }
+            clock.set(Duration::from_secs(300));
+            assert!(limiter.check(&live).is_allowed());
+            assert!(limiter.check(&other).is_allowed());
+            assert_eq!(limiter.len(), 4);
+            for _ in 0..5 {
+                assert!(old.check(&k).is_allowed());
+            }
+            let mut file = Vec::new();
+            old.save(&mut file).unwrap();
+            SLOW_X.store(true, Ordering::SeqCst);
+            let checker = {
+                let limiter = Arc::clone(&limiter);
+                std::thread::spawn(move || limiter.check(&x).is_allowed())
+            };
+            std::thread::sleep(Duration::from_millis(100));
+            let stats = limiter.load(&file[..]).unwrap();
+            assert!(checker.join().unwrap());
+            assert_eq!((stats.inserted, stats.full), (1, 0), "K's 5 saved units dropped: {stats:?}");
+        }
+    }
+
+    /// One client-chosen key whose JSON is over the reader's 64 KiB (a 12 KB header value of
+    /// control characters, each written `\u0001`) makes the whole snapshot unloadable.
+    #[test]
+    fn one_long_key_does_not_make_the_whole_snapshot_unloadable() {
+        let clock = ManualClock::new();
+        clock.set(Duration::from_secs(100));
+        let build = || {
+            Limiter::<String>::builder().limit(Limit::per_minute(10)).clock(clock.clone()).build().unwrap()
+        };
+        let old = build();
+        for _ in 0..10 {
+            assert!(old.check("alice").is_allowed());
+        }
+        let hostile = "\u{1}".repeat(12_000);
+        assert!(old.check(hostile.as_str()).is_allowed());
+        let mut file = Vec::new();
+        let saved = old.save(&mut file).unwrap();
+        assert_eq!((saved.keys, saved.skipped), (1, 1), "the long key left out, and counted");
+        let new = build();
+        let loaded = new.load(&file[..]);
+        assert!(loaded.is_ok(), "{loaded:?}");
+        assert!(!new.check("alice").is_allowed(), "alice's minute survived");
+    }
+
+    /// Extreme states saved and loaded (debug build: overflow checks on).
+    #[test]
+    fn extreme_states_save_and_load_without_panicking() {
+        use slidegate::Algorithm;
+        for algorithm in
+            [Algorithm::SlidingWindow, Algorithm::FixedWindow, Algorithm::SlidingLog, Algorithm::Gcra]
+        {
+            for at in [
+                Duration::ZERO,
+                Duration::from_secs(1),
+                Duration::from_nanos((1u64 << 62) - 1_000_000_000),
+                Duration::from_nanos(1u64 << 62),
+                Duration::from_nanos(u64::MAX),
+            ] {
+                let clock = ManualClock::new();
+                clock.set(at);
+                let build = || {
+                    Limiter::<u64>::builder()
+                        .algorithm(algorithm)
+                        .limit(Limit::per_second(4096))
+                        .limit("10/day".parse().unwrap())
+                        .clock(clock.clone())
+                        .build()
+                        .unwrap()
+                };
+                let old = build();
+                for _ in 0..3 {
+                    let _ = old.record(&1, u64::MAX);
+                    let _ = old.record(&2, u64::from(u32::MAX) + 7);
+                }
+                for i in 0..5000u64 {
+                    let _ = old.check(&3);
+                    clock.set(at.saturating_add(Duration::from_nanos(i)));
+                }
+                let mut file = Vec::new();
+                let saved = old.save(&mut file).unwrap();
+                let new = build();
+                let loaded = new.load(&file[..]).unwrap();
+                let again = new.load(&file[..]).unwrap();
+                eprintln!("{algorithm:?} at {at:?}: saved {saved:?} loaded {loaded:?} again {again:?}");
+                let _ = (new.peek(&1), new.peek(&2), new.peek(&3));
+            }
+        }
+    }
+}

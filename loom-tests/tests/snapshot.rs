@@ -124,3 +124,37 @@ fn a_history_read_racing_a_slot_move_misses_no_unit() {
         assert!(history[0].iter().any(|&(at, u)| u >= 1 && at < 2 * S), "slot 1's unit lost: {history:?}");
     });
 }
+
+/// A save reading a sliding log while a policy change (or a load) moves its key: the move
+/// marks the state moved, then detaches the log. The read must give the unit, or report
+/// the state moved (the save then looks the key up again): never an empty log, which would
+/// leave the key out of the save. (Found by a review: `Log::history` returned an empty
+/// history for a detached log.)
+#[test]
+fn a_history_read_racing_a_log_move_drops_no_unit() {
+    use slidegate::model::{Algorithm, Carry, OwnedState, Policy};
+    const S: u64 = 1_000_000_000;
+    model(|| {
+        let policy = std::sync::Arc::new(
+            Policy::with_algorithm(&[Limit::per_minute(3)], Algorithm::SlidingLog).unwrap(),
+        );
+        let newer = std::sync::Arc::new(
+            Policy::with_algorithm(&[Limit::per_minute(4)], Algorithm::SlidingLog).unwrap(),
+        );
+        let state = Arc::new(OwnedState::new(&policy, S));
+        assert!(state.check(&policy, 2 * S, 1, true) != slidegate::model::Outcome::Retired);
+        let mover = {
+            let (state, newer) = (Arc::clone(&state), std::sync::Arc::clone(&newer));
+            thread::spawn(move || {
+                let _moved = state.migrate(&newer, 3 * S, Carry::Conservative);
+            })
+        };
+        thread::yield_now();
+        let history = state.history(3 * S);
+        mover.join().unwrap();
+        if let Some(history) = history {
+            let units: u64 = history[0].iter().map(|&(_, u)| u).sum();
+            assert_eq!(units, 1, "the key read as holding nothing: left out of the save ({history:?})");
+        }
+    });
+}

@@ -313,7 +313,12 @@ impl Counter for Log {
     #[cfg(feature = "serde")]
     fn history(state: &Words, rule: &Rule, now: u64, out: &mut Vec<(u64, u64)>) -> bool {
         let view = Log::view(state, rule, now, false);
-        if view.retired || view.seen == EMPTY || view.first == view.len {
+        if view.retired {
+            // Detached by a move or a retirement after the caller read `touched`: read again
+            // (it then finds the marker and looks the key up where it went).
+            return false;
+        }
+        if view.seen == EMPTY || view.first == view.len {
             return true;
         }
         // SAFETY: `view.seen` was loaded in `view` under the pin the caller holds.

@@ -386,7 +386,9 @@ where
     /// longest window of the limiter's policies at build, so the list is about the recent
     /// past. Refusals by a limit are counted (a cost over a limit's `max` too; a shadow
     /// refusal too, as it would be refused); a new key refused because the table is full
-    /// is not (it has no state to be refused by).
+    /// is not (it has no state to be refused by), nor a refusal made from inside the
+    /// summary (a key's `Clone` or `Eq` that checks the limiter: it would wait for a lock
+    /// its own thread holds).
     ///
     /// ```
     /// use slidegate::{Limit, Limiter};

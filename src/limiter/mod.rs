@@ -335,7 +335,7 @@ where
                     Freed::Evicted => shared.metrics.evicted_live(),
                 },
                 init: |_: &Arc<Policy>, _: u64, _: &mut [u64]| false,
-                may_evict: true,
+                check: true,
             },
         )?;
         shared.metrics.keys(shared.table.len());

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use crate::grace;
 use crate::layout::Policy;
 use crate::limit::Limit;
-use crate::protocol::{replay_into, History};
+use crate::protocol::{replay_into, History, MOVED};
 use crate::table::{Change, Freed, Hooks, Refused};
 
 use super::admin::move_state;
@@ -49,9 +49,10 @@ where
     /// takes a while), and `shard_done` after each shard, once the walk no longer holds any
     /// node, until one returns an error. Expired keys are passed over. Checks, inserts and
     /// sweeps go on meanwhile: a key inserted or removed during the walk may be met or not;
-    /// one held throughout is met once. A key whose node the walk meets retired or moved
-    /// (a policy change, a load's merge, a replacement of an expired state, since the walk
-    /// loaded the shard's array) is looked up again, and read where it lives now.
+    /// one held throughout is met once. A key whose node the walk meets moved (a policy
+    /// change, a load's merge, since the walk loaded the shard's array) is looked up again,
+    /// once the mover has let the shard's mutex go, and read where it lives now; one met
+    /// retired (removed, or replaced as expired) held nothing that still counts.
     pub(crate) fn each_saved<E>(
         &self,
         mut f: impl FnMut(&K, &str, &Policy, u64, History) -> Result<(), E>,
@@ -79,10 +80,20 @@ where
                             }
                             return;
                         }
-                        None => match shared.table.get(shared.table.hash(met.key()), met.key(), &guard) {
-                            Some(found) => node = found,
-                            None => return,
-                        },
+                        // Moved (a policy change, a load's merge): its state went on in a new node
+                        // of the same key. Retired (removed, or replaced as expired): what it
+                        // held no longer counts; a key inserted since may be met or not.
+                        None if state.touched() != MOVED => return,
+                        None => {
+                            let hash = shared.table.hash(met.key());
+                            // The mover holds the shard's mutex until the new node is in
+                            // place: wait for it, or a lookup finds the old node again.
+                            shared.table.update(hash, met.key(), &guard, 0, |_, _| Change::Keep);
+                            match shared.table.get(hash, met.key(), &guard) {
+                                Some(found) => node = found,
+                                None => return,
+                            }
+                        }
                     }
                 }
             });
@@ -132,8 +143,9 @@ where
                         replay_into(policy, scratch, now, words);
                         true
                     },
-                    // A load never evicts a live key: it never lowers a count.
-                    may_evict: false,
+                    // A load never evicts a live key (it never lowers a count), and waits for
+                    // a busy shard rather than be refused.
+                    check: false,
                 },
             );
             match (node, inserted) {

@@ -111,7 +111,29 @@ const EMPTY: u32 = u32::MAX;
 /// atomicity of the increment matters (two threads get different numbers).
 static NEXT_HOME: AtomicUsize = AtomicUsize::new(0);
 
+/// Marks this thread as inside a stripe's lock (in `refused` or `top`) for as long as it
+/// lives: the caller's code run there (a key's `Clone`, `ToOwned`, `Eq`) may check the
+/// limiter, and a refusal it makes must not wait for a lock its own thread holds.
+struct Inside;
+
+impl Inside {
+    /// `None` if this thread is inside already.
+    fn enter() -> Option<Inside> {
+        // `try_with`: during the thread's teardown, record nothing.
+        let entered = INSIDE.try_with(|inside| !inside.replace(true)).unwrap_or(false);
+        entered.then_some(Inside)
+    }
+}
+
+impl Drop for Inside {
+    fn drop(&mut self) {
+        let _ = INSIDE.try_with(|inside| inside.set(false));
+    }
+}
+
 thread_local! {
+    /// Whether this thread is inside a stripe's lock ([`Inside`]).
+    static INSIDE: Cell<bool> = const { Cell::new(false) };
     /// This thread's home stripe number (before reduction by the stripe count), or
     /// `usize::MAX` before its first refusal. A `const` cell with no destructor: readable
     /// at any point of the thread's life.
@@ -171,8 +193,13 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Offenders<K> {
         if self.capacity == 0 || units == 0 {
             return;
         }
+        // A refusal from the caller's code run under a stripe's lock (a key's `Clone` or
+        // `Eq` that checks the limiter) is not recorded: it would wait for the lock its own
+        // thread holds.
         let epoch = self.epoch(now);
-        let evicted = self.stripe().and_then(|mut stripe| stripe.add(hash, key, units, epoch, self.capacity));
+        let evicted = Inside::enter().and_then(|_inside| {
+            self.stripe().and_then(|mut stripe| stripe.add(hash, key, units, epoch, self.capacity))
+        });
         // Dropped once the stripe's lock is given back: a key's `Drop` is the caller's code,
         // which may check the limiter and be refused (and so come back here).
         drop(evicted);
@@ -185,6 +212,9 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Offenders<K> {
         if n == 0 || self.capacity == 0 {
             return Vec::new();
         }
+        // The keys' `Clone` runs under the locks: a refusal it makes is not recorded (see
+        // `refused`).
+        let Some(_inside) = Inside::enter() else { return Vec::new() };
         let epoch = self.epoch(now);
         // One stripe locked at a time (refusals elsewhere go on), copied out and merged
         // outside the locks.

@@ -453,3 +453,37 @@ fn a_key_dropped_by_the_summary_may_come_back_to_it() {
     let dropped = finished.recv_timeout(std::time::Duration::from_secs(10));
     assert_eq!(dropped, Ok(true), "deadlocked re-entering the summary, or the victim was never dropped");
 }
+
+/// A key whose `Clone` (the summary clones a key that enters it, under the stripe's lock)
+/// is refused by the same summary: that refusal is not recorded rather than wait for the
+/// lock its own thread holds (with one stripe it would wait for ever).
+#[test]
+fn a_key_whose_clone_is_refused_does_not_deadlock_the_summary() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::OnceLock;
+
+    #[derive(PartialEq, Eq, Hash, Debug)]
+    struct Key(&'static str);
+    static SUMMARY: OnceLock<Offenders<Key>> = OnceLock::new();
+    static ARMED: AtomicBool = AtomicBool::new(false);
+    impl Clone for Key {
+        fn clone(&self) -> Self {
+            if ARMED.swap(false, Ordering::SeqCst) {
+                if let Some(summary) = SUMMARY.get() {
+                    summary.refused(9, &Key("other"), 1, 0);
+                }
+            }
+            Key(self.0)
+        }
+    }
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let summary = SUMMARY.get_or_init(|| Offenders::with_stripes(4, NEVER, 1));
+        ARMED.store(true, Ordering::SeqCst);
+        // Enters the summary: cloned under the lock, and the clone's refusal comes back.
+        summary.refused(1, &Key("victim"), 1, 0);
+        let _ = done.send(summary.top(10, 0));
+    });
+    let top = finished.recv_timeout(std::time::Duration::from_secs(10)).expect("deadlocked in the summary");
+    assert_eq!(top, [(Key("victim"), 1)], "the victim counted, the refusal from inside its clone not");
+}

@@ -28,10 +28,12 @@ pub(crate) struct Hooks<F, I> {
     /// `Limiter::load`): given the policy, the time and the node's words, it writes them and
     /// returns `true`. Called once the key is going in.
     pub(crate) init: I,
-    /// Whether the table's [`WhenFull::EvictLeastRecent`], if it is so built, may evict a
-    /// live key for this one (a check's insert may; a load's does not: it never lowers a
-    /// count). Without it only idle keys make room.
-    pub(crate) may_evict: bool,
+    /// A check's insert (`true`) or a load's (`false`). A check's may evict a live key under
+    /// [`WhenFull::EvictLeastRecent`], and at a full table a busy shard mutex refuses it at
+    /// once (a key spray must not queue up behind it). A load's never evicts a live key (a
+    /// load never lowers a count) and waits for the mutex (a load is no spray: refusing it
+    /// would drop its units while an idle key may be about to make room).
+    pub(crate) check: bool,
 }
 
 /// Runs a function when dropped: declared before a guard, after that guard is dropped
@@ -83,9 +85,9 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Table<K> {
         // Acquire: pairs with the Release reservation below, of the insert that filled the
         // table (see `TryLockError::WouldBlock`).
         let full = self.live.load(Ordering::Acquire) >= self.max_keys;
-        let Hooks { on_freed, init, may_evict } = hooks;
-        let evict = may_evict && self.when_full == WhenFull::EvictLeastRecent;
-        let mut counts = if full && !evict {
+        let Hooks { on_freed, init, check } = hooks;
+        let evict = check && self.when_full == WhenFull::EvictLeastRecent;
+        let mut counts = if full && check && !evict {
             // A full table does not queue a new key behind a busy shard's mutex unless the
             // key may get in there: under a key spray that is nearly every request, and the
             // legitimate keys' inserts into the same shard must not queue behind it. A free

@@ -11,7 +11,7 @@ impl Words<'_> {
     /// `(time, units)` of every slot a view at `now` may count that holds units, oldest
     /// first (`Counter::history`). `false` if a ring word already holds a later lap of a
     /// slot read: a racing check moved `cur` on after the load below, and the caller reads
-    /// again (it also compares `cur` before and after, `protocol/snapshot.rs`).
+    /// again (`protocol/snapshot.rs`; after a few tries it settles for what a view counts).
     #[allow(clippy::arithmetic_side_effects, reason = "a slot is at least ring = slots + 1 (module docs)")]
     pub(super) fn history(&self, rule: &Rule, now: u64, out: &mut Vec<(u64, u64)>) -> bool {
         let (slot, _) = rule.slot_of(now);
