@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use dashmap::DashMap;
 
-use super::{Limiter, Resolver, Shared};
+use super::{Limiter, Resolver, Shared, Tracked};
 use crate::algorithm::Algorithm;
 use crate::clock::{real_clock, ManualClock};
 use crate::error::ConfigError;
@@ -458,11 +458,13 @@ where
             metrics,
             name: self.name,
             shadow: self.shadow,
-            offenders: (self.track_refused > 0).then(|| {
+            tracked: (self.track_refused > 0).then(|| {
                 let half_life = longest.map_or(0, |w| u64::try_from(w.as_nanos()).unwrap_or(u64::MAX));
-                Offenders::new(self.track_refused, half_life)
+                Box::new(Tracked {
+                    offenders: Offenders::new(self.track_refused, half_life),
+                    exported: std::sync::Mutex::new(Vec::new()),
+                })
             }),
-            exported: std::sync::Mutex::new(Vec::new()),
             #[cfg(feature = "tokio")]
             manual: self.clock,
         });

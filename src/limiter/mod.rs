@@ -80,13 +80,19 @@ struct Shared<K> {
     metrics: Metrics,
     /// Shadow mode: refusals are reported but admitted.
     shadow: bool,
-    /// The keys refused the most (`LimiterBuilder::track_refused`), if tracked, and the
-    /// labels the last `export_top_refused` set.
-    offenders: Option<Offenders<K>>,
-    exported: std::sync::Mutex<Vec<String>>,
+    /// The keys refused the most (`LimiterBuilder::track_refused`), if tracked: behind one
+    /// pointer, so that the fields a check reads keep their places.
+    tracked: Option<Box<Tracked<K>>>,
     /// The manual clock, if the limiter runs on one: `until_ready` waits for it.
     #[cfg(feature = "tokio")]
     manual: Option<ManualClock>,
+}
+
+/// [`Limiter::top_refused`]'s summary, and the labels the last
+/// [`Limiter::export_top_refused`] set.
+struct Tracked<K> {
+    offenders: Offenders<K>,
+    exported: std::sync::Mutex<Vec<String>>,
 }
 
 /// Chooses a key's policy by name (see [`LimiterBuilder::resolver`]).
@@ -256,16 +262,29 @@ where
         }
     }
 
-    /// A refusal of `cost` for `key` (its hash `hash`), for [`top_refused`](Self::top_refused).
-    #[inline]
+    /// A refusal of `cost` for `key` (its hash `hash`), for [`top_refused`](Self::top_refused):
+    /// one load and a branch when refusals are not tracked (the default), on the path of a
+    /// key under attack.
+    #[inline(always)]
     pub(super) fn refused<Q>(&self, hash: u64, key: &Q, cost: u64, now: u64)
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        if let Some(offenders) = &self.shared.offenders {
-            offenders.refused(hash, key, cost, now);
+        if let Some(tracked) = &self.shared.tracked {
+            Self::track(tracked, hash, key, cost, now);
         }
+    }
+
+    /// [`refused`](Self::refused)'s recording, out of the check's code.
+    #[cold]
+    #[inline(never)]
+    fn track<Q>(tracked: &Tracked<K>, hash: u64, key: &Q, cost: u64, now: u64)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        tracked.offenders.refused(hash, key, cost, now);
     }
 
     /// A check of a key not in the table: the answer when it needs no state (a cost that
@@ -556,8 +575,8 @@ where
     /// # Ok::<(), slidegate::ConfigError>(())
     /// ```
     pub fn top_refused(&self, n: usize) -> Vec<(K, u64)> {
-        match &self.shared.offenders {
-            Some(offenders) => offenders.top(n, self.shared.now.nanos()),
+        match &self.shared.tracked {
+            Some(tracked) => tracked.offenders.top(n, self.shared.now.nanos()),
             None => Vec::new(),
         }
     }
@@ -566,7 +585,7 @@ where
     /// what its keys own): for the measuring tools. Not public API.
     #[doc(hidden)]
     pub fn top_refused_bytes(&self) -> usize {
-        self.shared.offenders.as_ref().map_or(0, Offenders::bytes)
+        self.shared.tracked.as_ref().map_or(0, |tracked| tracked.offenders.bytes())
     }
 
     /// Exports [`top_refused`](Self::top_refused)`(n)` through the `metrics` facade (feature
@@ -587,7 +606,8 @@ where
     /// ```
     pub fn export_top_refused(&self, n: usize, label: impl Fn(&K) -> String) {
         let listed = self.top_refused(n).into_iter().map(|(key, units)| (label(&key), units)).collect();
-        let mut previous = self.shared.exported.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(tracked) = &self.shared.tracked else { return };
+        let mut previous = tracked.exported.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         self.shared.metrics.top_refused(listed, &mut previous);
     }
 
