@@ -101,9 +101,9 @@ pub struct SnapshotStats {
     /// Load: keys not inserted because the table was full (no idle key gave its place: a
     /// load never evicts a live key, whatever [`WhenFull`](crate::WhenFull) says).
     pub full: u64,
-    /// Load: keys other threads moved or removed each time the load came to merge them (a
-    /// policy replaced again and again, or the key swept or reset between the load's insert
-    /// and its merge, four times over): not loaded.
+    /// Keys other threads moved or removed each time the save came to read them, or the
+    /// load to merge them (a policy replaced again and again, a key swept or reset between
+    /// a load's insert and its merge, four times over): not saved, or not loaded.
     pub raced: u64,
     /// Bytes written or read.
     pub bytes: u64,
@@ -239,7 +239,7 @@ where
         // let them go (a slow writer then holds up no grace period): a 64th of the keys.
         let shard = std::cell::RefCell::new(Vec::new());
         let (mut keys, mut skipped) = (0u64, 0u64);
-        self.each_saved(
+        let raced = self.each_saved(
             |key, name, policy, _, history| {
                 let mut guard = shard.borrow_mut();
                 let shard: &mut Vec<u8> = &mut guard;
@@ -302,7 +302,7 @@ where
         let crc = out.crc.clone().finalize();
         out.put(&crc.to_le_bytes())?;
         out.inner.flush()?;
-        Ok(SnapshotStats { keys, skipped, bytes: out.bytes, ..SnapshotStats::default() })
+        Ok(SnapshotStats { keys, skipped, raced, bytes: out.bytes, ..SnapshotStats::default() })
     }
 
     /// Merges a snapshot written by [`save`](Self::save) into this limiter, while checks go

@@ -52,13 +52,16 @@ where
     /// one held throughout is met once. A key whose node the walk meets moved (a policy
     /// change, a load's merge, since the walk loaded the shard's array) is looked up again,
     /// once the mover has let the shard's mutex go, and read where it lives now; one met
-    /// retired (removed, or replaced as expired) held nothing that still counts.
+    /// retired (removed, or replaced as expired) held nothing that still counts. Returns
+    /// how many keys were still found moved after a few lookups (left out).
     pub(crate) fn each_saved<E>(
         &self,
         mut f: impl FnMut(&K, &str, &Policy, u64, History) -> Result<(), E>,
         mut shard_done: impl FnMut() -> Result<(), E>,
-    ) -> Result<(), E> {
+    ) -> Result<u64, E> {
         let shared = &*self.shared;
+        // Keys found moved at every lookup (other threads moving them again and again).
+        let mut raced = 0u64;
         for shard in 0..shared.table.shards() {
             // Pinned per shard, not for the whole walk: the grace periods of frees go on.
             let guard = grace::pin();
@@ -96,12 +99,13 @@ where
                         }
                     }
                 }
+                raced = raced.saturating_add(1);
             });
             drop(guard);
             result?;
             shard_done()?;
         }
-        Ok(())
+        Ok(raced)
     }
 
     /// Merges a loaded key's counts: `limits` (each saved limit, with its units by time on

@@ -85,7 +85,7 @@
 mod tests;
 
 use std::borrow::Borrow;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::hash::Hash;
 // Not through `crate::sync`: nothing here is a lock-free protocol for loom to model. The
@@ -111,29 +111,39 @@ const EMPTY: u32 = u32::MAX;
 /// atomicity of the increment matters (two threads get different numbers).
 static NEXT_HOME: AtomicUsize = AtomicUsize::new(0);
 
-/// Marks this thread as inside a stripe's lock (in `refused` or `top`) for as long as it
-/// lives: the caller's code run there (a key's `Clone`, `ToOwned`, `Eq`) may check the
-/// limiter, and a refusal it makes must not wait for a lock its own thread holds.
-struct Inside;
+/// Marks this thread as inside a stripe's lock of one summary (in `refused` or `top`) for
+/// as long as it lives: the caller's code run there (a key's `Clone`, `ToOwned`, `Eq`) may
+/// check the limiter, and a refusal it makes into the same summary must not wait for a
+/// lock its own thread holds. Other summaries (other limiters) are unaffected.
+struct Inside(usize);
 
 impl Inside {
-    /// `None` if this thread is inside already.
-    fn enter() -> Option<Inside> {
+    /// `None` if this thread is inside summary `id` already.
+    fn enter(id: usize) -> Option<Inside> {
         // `try_with`: during the thread's teardown, record nothing.
-        let entered = INSIDE.try_with(|inside| !inside.replace(true)).unwrap_or(false);
-        entered.then_some(Inside)
+        let entered = INSIDE
+            .try_with(|inside| {
+                let mut inside = inside.borrow_mut();
+                let fresh = !inside.contains(&id);
+                if fresh {
+                    inside.push(id);
+                }
+                fresh
+            })
+            .unwrap_or(false);
+        entered.then_some(Inside(id))
     }
 }
 
 impl Drop for Inside {
     fn drop(&mut self) {
-        let _ = INSIDE.try_with(|inside| inside.set(false));
+        let _ = INSIDE.try_with(|inside| inside.borrow_mut().retain(|&id| id != self.0));
     }
 }
 
 thread_local! {
-    /// Whether this thread is inside a stripe's lock ([`Inside`]).
-    static INSIDE: Cell<bool> = const { Cell::new(false) };
+    /// The summaries (by address) whose stripe lock this thread holds ([`Inside`]).
+    static INSIDE: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
     /// This thread's home stripe number (before reduction by the stripe count), or
     /// `usize::MAX` before its first refusal. A `const` cell with no destructor: readable
     /// at any point of the thread's life.
@@ -181,6 +191,11 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Offenders<K> {
         }
     }
 
+    /// This summary's identity for [`Inside`]: its address (it does not move while borrowed).
+    fn id(&self) -> usize {
+        std::ptr::from_ref(self) as usize
+    }
+
     /// A refusal of `units` for `key`, whose 64-bit hash the limiter already computed, at
     /// `now` (ns). Never panics, never drops the units, and waits for another thread only
     /// when every stripe is busy (module docs). Clones the key only when it enters a
@@ -197,7 +212,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Offenders<K> {
         // `Eq` that checks the limiter) is not recorded: it would wait for the lock its own
         // thread holds.
         let epoch = self.epoch(now);
-        let evicted = Inside::enter().and_then(|_inside| {
+        let evicted = Inside::enter(self.id()).and_then(|_inside| {
             self.stripe().and_then(|mut stripe| stripe.add(hash, key, units, epoch, self.capacity))
         });
         // Dropped once the stripe's lock is given back: a key's `Drop` is the caller's code,
@@ -212,21 +227,21 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Offenders<K> {
         if n == 0 || self.capacity == 0 {
             return Vec::new();
         }
-        // The keys' `Clone` runs under the locks: a refusal it makes is not recorded (see
-        // `refused`).
-        let Some(_inside) = Inside::enter() else { return Vec::new() };
         let epoch = self.epoch(now);
         // One stripe locked at a time (refusals elsewhere go on), copied out and merged
-        // outside the locks.
-        let snapshots: Vec<Snapshot<K>> = self
-            .stripes
-            .iter()
-            .map(|stripe| {
-                let mut stripe = stripe.lock().unwrap_or_else(PoisonError::into_inner);
-                stripe.catch_up(epoch);
-                stripe.snapshot()
-            })
-            .collect();
+        // outside the locks. The keys' `Clone` runs under them: a refusal it makes into this
+        // summary is not recorded, and a `top` it asks for is empty (see `refused`).
+        let snapshots: Vec<Snapshot<K>> = {
+            let Some(_inside) = Inside::enter(self.id()) else { return Vec::new() };
+            self.stripes
+                .iter()
+                .map(|stripe| {
+                    let mut stripe = stripe.lock().unwrap_or_else(PoisonError::into_inner);
+                    stripe.catch_up(epoch);
+                    stripe.snapshot()
+                })
+                .collect()
+        };
         // Per key: its hash, the sum of its counts, and which stripes hold it.
         let mut merged: HashMap<K, (u64, u64, u64)> = HashMap::new();
         for (number, snapshot) in snapshots.iter().enumerate() {

@@ -487,3 +487,83 @@ fn a_key_whose_clone_is_refused_does_not_deadlock_the_summary() {
     let top = finished.recv_timeout(std::time::Duration::from_secs(10)).expect("deadlocked in the summary");
     assert_eq!(top, [(Key("victim"), 1)], "the victim counted, the refusal from inside its clone not");
 }
+
+/// A refusal from a key's `Drop` while `top` merges what it copied out (no lock held then)
+/// is recorded.
+#[test]
+fn a_refusal_from_a_drop_during_top_is_recorded() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::OnceLock;
+    #[derive(Clone, PartialEq, Eq, Hash, Debug)]
+    struct Key(&'static str);
+    static SUMMARY: OnceLock<Offenders<Key>> = OnceLock::new();
+    static ARMED: AtomicBool = AtomicBool::new(false);
+    impl Drop for Key {
+        fn drop(&mut self) {
+            if self.0 == "small" && ARMED.swap(false, Ordering::SeqCst) {
+                SUMMARY.get().unwrap().refused(7, &Key("fromdrop"), 5, 0);
+            }
+        }
+    }
+    let summary = SUMMARY.get_or_init(|| Offenders::with_stripes(8, NEVER, 1));
+    summary.refused(1, &Key("big"), 10, 0);
+    summary.refused(2, &Key("small"), 1, 0);
+    ARMED.store(true, Ordering::SeqCst);
+    let top = summary.top(1, 0); // "small" copies dropped inside top, after the locks
+    assert!(!ARMED.load(Ordering::SeqCst), "drop not run");
+    drop(top);
+    let all = summary.top(10, 0);
+    assert!(
+        all.iter().any(|(k, _)| k.0 == "fromdrop"),
+        "refusal from a Drop run after the locks lost: {all:?}"
+    );
+}
+
+/// A refusal into another summary (another limiter) from a key's `Clone` under this one's
+/// lock is recorded: only this summary's own lock is held.
+#[test]
+fn a_refusal_on_another_summary_from_inside_clone_is_recorded() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::OnceLock;
+    #[derive(PartialEq, Eq, Hash, Debug)]
+    struct Key(&'static str);
+    static OTHER: OnceLock<Offenders<Key>> = OnceLock::new();
+    static ARMED: AtomicBool = AtomicBool::new(false);
+    impl Clone for Key {
+        fn clone(&self) -> Self {
+            if ARMED.swap(false, Ordering::SeqCst) {
+                OTHER.get().unwrap().refused(9, &Key("x"), 1, 0);
+            }
+            Key(self.0)
+        }
+    }
+    let other = OTHER.get_or_init(|| Offenders::with_stripes(4, NEVER, 1));
+    let first = Offenders::with_stripes(4, NEVER, 1);
+    ARMED.store(true, Ordering::SeqCst);
+    first.refused(1, &Key("victim"), 1, 0);
+    assert!(!ARMED.load(Ordering::SeqCst));
+    assert_eq!(other.top(10, 0).len(), 1, "refusal on an unrelated summary dropped");
+}
+
+/// A panic in a key's `Clone` under the lock leaves the thread able to record again.
+#[test]
+fn a_panic_in_clone_under_the_lock_leaves_tracking_on() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    #[derive(PartialEq, Eq, Hash, Debug)]
+    struct Key(&'static str);
+    static ARMED: AtomicBool = AtomicBool::new(false);
+    impl Clone for Key {
+        fn clone(&self) -> Self {
+            if ARMED.swap(false, Ordering::SeqCst) {
+                panic!("clone");
+            }
+            Key(self.0)
+        }
+    }
+    let s = Offenders::with_stripes(4, NEVER, 1);
+    ARMED.store(true, Ordering::SeqCst);
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.refused(1, &Key("a"), 1, 0)));
+    assert!(r.is_err());
+    s.refused(2, &Key("b"), 1, 0);
+    assert!(s.top(10, 0).iter().any(|(k, _)| k.0 == "b"));
+}
